@@ -1,0 +1,21 @@
+"""Postgres checkpointer for LangGraph with SQL-side DeltaChannel history.
+
+``DeltaPostgresSaver`` / ``AsyncDeltaPostgresSaver`` store checkpoints in the same tables
+and format as ``langgraph-checkpoint-postgres`` 3.2 and answer
+``get_delta_channel_history`` with one recursive SQL statement.
+"""
+
+from __future__ import annotations
+
+from ._core import DeltaPruneError, HistoryError
+from .aio import AsyncDeltaPostgresSaver
+from .migrate import MigrationError
+from .saver import DeltaPostgresSaver
+
+__all__ = [
+    "AsyncDeltaPostgresSaver",
+    "DeltaPostgresSaver",
+    "DeltaPruneError",
+    "HistoryError",
+    "MigrationError",
+]

@@ -1,0 +1,469 @@
+"""The saver's logic, with no I/O.
+
+Each operation is a generator that yields :class:`Stmt` objects and receives the rows
+each statement returned; its return value is the operation's result. The sync saver
+(:mod:`.saver`) and the async saver (:mod:`.aio`) only drive these generators over a
+psycopg cursor, so both run the same statements and the same row -> result code.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.types import TASKS, _DeltaSnapshot
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from ._sql import Queries
+
+T = TypeVar("T")
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Stmt:
+    """One statement for a driver to execute; ``fetch``: send its rows back."""
+
+    query: sql.Composed
+    params: Mapping[str, Any]
+    fetch: bool = True
+
+
+Op = Generator[Stmt, list[Row], T]
+
+
+class HistoryError(RuntimeError):
+    """The parent chain of a checkpoint is corrupt (a cycle, a parent that is not older
+    than its child) or deeper than ``max_history_depth``."""
+
+
+class DeltaPruneError(RuntimeError):
+    """A maintenance call would leave a DeltaChannel thread unable to rebuild its state."""
+
+
+PRUNE_STRATEGIES = ("keep_latest", "delete")
+
+
+def next_version(current: str | int | float | None) -> str:
+    """Channel versions in the official saver's format: a zero-padded counter, then a
+    random fraction, so versions from either saver compare correctly as strings."""
+    if current is None:
+        n = 0
+    elif isinstance(current, str):
+        n = int(current.split(".", 1)[0])
+    else:
+        n = int(current)
+    return f"{n + 1:032}.{random.random():016}"
+
+
+def _configurable(config: RunnableConfig) -> dict[str, Any]:
+    try:
+        return cast(dict[str, Any], config["configurable"])
+    except (KeyError, TypeError):
+        raise ValueError("config must have a 'configurable' mapping with a 'thread_id'") from None
+
+
+def _thread_id(config: RunnableConfig) -> str:
+    conf = _configurable(config)
+    if conf.get("thread_id") is None:
+        raise ValueError("config['configurable'] needs a 'thread_id'")
+    return str(conf["thread_id"])
+
+
+def _ns(config: RunnableConfig) -> str:
+    return cast(str, _configurable(config).get("checkpoint_ns") or "")
+
+
+class SaverCore(BaseCheckpointSaver[str]):
+    """State and operations shared by the sync and async savers."""
+
+    queries: Queries
+    #: Depth guard of the history walk: more ancestors than this is treated as corrupt.
+    max_history_depth: int = 1_000_000
+
+    def _init_core(self, schema: str | None) -> None:
+        if schema is not None and (not isinstance(schema, str) or not schema):
+            raise ValueError("schema must be a non-empty string or None")
+        self.schema = schema
+        self.queries = Queries(schema)
+
+    def get_next_version(self, current: str | None, channel: None) -> str:  # type: ignore[override]
+        return next_version(current)
+
+    # ------------------------------------------------------------------ reading
+
+    def _row_to_tuple(self, row: Row) -> CheckpointTuple:
+        loads = self.serde.loads_typed
+        checkpoint: dict[str, Any] = dict(row["checkpoint"])
+        values: dict[str, Any] = dict(checkpoint.get("channel_values") or {})
+        if row["blob_channels"]:
+            for ch, typ, blob in zip(
+                row["blob_channels"], row["blob_types"], row["blob_values"], strict=True
+            ):
+                values[ch] = loads((typ, blob))
+        if row["send_types"]:
+            # Checkpoints older than format v4 kept pending sends as the parent's TASKS
+            # writes; LangGraph now expects them as the TASKS channel's value.
+            values[TASKS] = [
+                loads((t, b)) for t, b in zip(row["send_types"], row["send_blobs"], strict=True)
+            ]
+            versions = dict(checkpoint.get("channel_versions") or {})
+            versions[TASKS] = (
+                max(versions.values()) if versions else self.get_next_version(None, None)
+            )
+            checkpoint["channel_versions"] = versions
+        checkpoint["channel_values"] = values
+        writes: list[PendingWrite] = []
+        if row["write_task_ids"]:
+            writes = [
+                (tid, ch, loads((typ, blob)))
+                for tid, ch, typ, blob in zip(
+                    row["write_task_ids"],
+                    row["write_channels"],
+                    row["write_types"],
+                    row["write_blobs"],
+                    strict=True,
+                )
+            ]
+        thread_id, ns = row["thread_id"], row["checkpoint_ns"]
+        parent = row["parent_checkpoint_id"]
+        return CheckpointTuple(
+            config={
+                "configurable": {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": row["checkpoint_id"],
+                }
+            },
+            checkpoint=cast(Checkpoint, checkpoint),
+            metadata=cast(CheckpointMetadata, row["metadata"]),
+            parent_config=(
+                {
+                    "configurable": {
+                        "thread_id": thread_id,
+                        "checkpoint_ns": ns,
+                        "checkpoint_id": parent,
+                    }
+                }
+                if parent
+                else None
+            ),
+            pending_writes=writes,
+        )
+
+    def _op_get_tuple(self, config: RunnableConfig) -> Op[CheckpointTuple | None]:
+        q = self.queries
+        params: dict[str, Any] = {
+            "tasks": TASKS,
+            "thread_id": _thread_id(config),
+            "checkpoint_ns": _ns(config),
+        }
+        if checkpoint_id := get_checkpoint_id(config):
+            params["checkpoint_id"] = checkpoint_id
+            query = sql.SQL(" ").join(
+                [
+                    q["checkpoints.select_tuples"],
+                    sql.SQL("WHERE"),
+                    q.join(
+                        "checkpoints.where_thread",
+                        "checkpoints.where_ns",
+                        "checkpoints.where_id",
+                        sep=" AND ",
+                    ),
+                ]
+            )
+        else:
+            params["limit"] = 1
+            query = sql.SQL(" ").join(
+                [
+                    q["checkpoints.select_tuples"],
+                    sql.SQL("WHERE"),
+                    q.join("checkpoints.where_thread", "checkpoints.where_ns", sep=" AND "),
+                    q["checkpoints.order_newest_limit"],
+                ]
+            )
+        rows = yield Stmt(cast(sql.Composed, query), params)
+        return self._row_to_tuple(rows[0]) if rows else None
+
+    def _op_list(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> Op[list[CheckpointTuple]]:
+        q = self.queries
+        params: dict[str, Any] = {"tasks": TASKS}
+        preds: list[str] = []
+        if config is not None:
+            params["thread_id"] = _thread_id(config)
+            preds.append("checkpoints.where_thread")
+            ns = _configurable(config).get("checkpoint_ns")
+            if ns is not None:
+                params["checkpoint_ns"] = ns
+                preds.append("checkpoints.where_ns")
+            if checkpoint_id := get_checkpoint_id(config):
+                params["checkpoint_id"] = checkpoint_id
+                preds.append("checkpoints.where_id")
+        if filter:
+            params["filter"] = Jsonb(filter)
+            preds.append("checkpoints.where_filter")
+        if before is not None and (before_id := get_checkpoint_id(before)):
+            params["before"] = before_id
+            preds.append("checkpoints.where_before")
+        parts: list[sql.Composable] = [q["checkpoints.select_tuples"]]
+        if preds:
+            parts += [sql.SQL("WHERE"), q.join(*preds, sep=" AND ")]
+        if limit is not None:
+            if int(limit) <= 0:
+                return []
+            params["limit"] = int(limit)
+            parts.append(q["checkpoints.order_newest_limit"])
+        else:
+            parts.append(q["checkpoints.order_newest"])
+        rows = yield Stmt(cast(sql.Composed, sql.SQL(" ").join(parts)), params)
+        return [self._row_to_tuple(r) for r in rows]
+
+    # ------------------------------------------------------------------ history
+
+    def _op_delta_history(
+        self, config: RunnableConfig, channels: Sequence[str]
+    ) -> Op[dict[str, DeltaChannelHistory]]:
+        wanted = list(dict.fromkeys(channels))
+        rows = yield Stmt(
+            self.queries["delta_history"],
+            {
+                "thread_id": _thread_id(config),
+                "checkpoint_ns": _ns(config),
+                "checkpoint_id": get_checkpoint_id(config) or None,
+                "channels": wanted,
+                "max_depth": self.max_history_depth,
+            },
+        )
+        return self._rows_to_history(wanted, rows)
+
+    def _rows_to_history(
+        self, channels: list[str], rows: list[Row]
+    ) -> dict[str, DeltaChannelHistory]:
+        """Rows of ``delta_history.sql`` (oldest first, writes already in
+        ``writes_sort_key`` order) -> the contract's per-channel entries."""
+        loads = self.serde.loads_typed
+        result: dict[str, DeltaChannelHistory] = {ch: {"writes": []} for ch in channels}
+        for r in rows:
+            kind = r["kind"]
+            if kind == "w":
+                result[r["channel"]]["writes"].append(
+                    (r["task_id"], r["channel"], loads((r["type"], r["blob"])))
+                )
+            elif kind == "s":
+                entry = result[r["channel"]]
+                entry["seed"] = loads((r["type"], r["blob"])) if r["type"] else r["inline"]
+            else:
+                raise HistoryError(
+                    f"parent chain of thread checkpoint {r['checkpoint_id']!r} is corrupt: a "
+                    "parent that is not older than its child (a cycle?), or deeper than "
+                    f"max_history_depth={self.max_history_depth}"
+                )
+        return result
+
+    # ------------------------------------------------------------------ writing
+
+    def _op_put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> Op[RunnableConfig]:
+        thread_id = _thread_id(config)
+        ns = _ns(config)
+        parent_id = get_checkpoint_id(config)
+        stored = dict(checkpoint)
+        inline: dict[str, Any] = {}
+        blob_values: dict[str, Any] = {}
+        for k, v in checkpoint["channel_values"].items():
+            if isinstance(v, _DeltaSnapshot):
+                blob_values[k] = v
+                inline[k] = True  # the marker readers recognise a snapshot by
+            elif v is None or isinstance(v, str | int | float | bool):
+                inline[k] = v
+            else:
+                blob_values[k] = v
+        stored["channel_values"] = inline
+        versions = checkpoint["channel_versions"]
+        dumps = self.serde.dumps_typed
+        blob_rows = [(k, str(ver), *dumps(blob_values[k])) for k, ver in new_versions.items()
+                     if k in blob_values]
+        probe = [(k, str(versions[k])) for k in blob_values if k in versions]
+        md = get_serializable_checkpoint_metadata(config, metadata)
+        counters = md.get("counters_since_delta_snapshot")
+        delta: tuple[list[str] | None, list[int] | None, list[int] | None] = (None, None, None)
+        if isinstance(counters, Mapping) and counters:
+            names = sorted(counters)
+            delta = (
+                names,
+                [int(counters[n][0]) for n in names],
+                [int(counters[n][1]) for n in names],
+            )
+        yield Stmt(
+            self.queries["write.put_checkpoint"],
+            {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint["id"],
+                "parent_checkpoint_id": parent_id,
+                "checkpoint": Jsonb(stored),
+                "metadata": Jsonb(md),
+                "blob_channels": [b[0] for b in blob_rows],
+                "blob_versions": [b[1] for b in blob_rows],
+                "blob_types": [b[2] for b in blob_rows],
+                "blob_values": [b[3] for b in blob_rows],
+                "inline_channels": [k for k, v in inline.items() if v is not None],
+                "probe_channels": [p[0] for p in probe],
+                "probe_versions": [p[1] for p in probe],
+                "delta_channels": delta[0],
+                "delta_updates": delta[1],
+                "delta_supersteps": delta[2],
+            },
+            fetch=False,
+        )
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
+
+    def _op_put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> Op[None]:
+        if not writes:
+            return None
+        conf = _configurable(config)
+        checkpoint_id = conf.get("checkpoint_id")
+        if not checkpoint_id:
+            raise ValueError("put_writes needs config['configurable']['checkpoint_id']")
+        special = all(ch in WRITES_IDX_MAP for ch, _ in writes)
+        by_idx: dict[int, tuple[str, str, bytes]] = {}
+        for i, (ch, value) in enumerate(writes):
+            idx = WRITES_IDX_MAP.get(ch, i)
+            if special or idx not in by_idx:  # upsert: the last wins; insert: the first
+                by_idx[idx] = (ch, *self.serde.dumps_typed(value))
+        yield Stmt(
+            self.queries["write.upsert_writes" if special else "write.insert_writes"],
+            {
+                "thread_id": _thread_id(config),
+                "checkpoint_ns": _ns(config),
+                "checkpoint_id": checkpoint_id,
+                "task_id": task_id,
+                "task_path": task_path or "",
+                "idxs": list(by_idx),
+                "channels": [w[0] for w in by_idx.values()],
+                "types": [w[1] for w in by_idx.values()],
+                "blobs": [w[2] for w in by_idx.values()],
+            },
+            fetch=False,
+        )
+        return None
+
+    # ------------------------------------------------------------------ maintenance
+
+    def _op_delete_threads(self, thread_ids: Sequence[str]) -> Op[None]:
+        yield Stmt(
+            self.queries["maintenance.delete_threads"],
+            {"thread_ids": [str(t) for t in thread_ids]},
+            fetch=False,
+        )
+        return None
+
+    def _op_prune(self, thread_ids: Sequence[str], strategy: str) -> Op[None]:
+        """Atomic: the driver runs it in one transaction."""
+        if isinstance(thread_ids, str):
+            raise TypeError("thread_ids must be a sequence of thread ids, not a str")
+        if strategy not in PRUNE_STRATEGIES:
+            raise ValueError(
+                f"unknown prune strategy {strategy!r}: use one of {', '.join(PRUNE_STRATEGIES)}"
+            )
+        ids = [str(t) for t in thread_ids]
+        if not ids:
+            return None
+        if strategy == "delete":
+            yield from self._op_delete_threads(ids)
+            return None
+        rows = yield Stmt(self.queries["maintenance.delta_threads"], {"thread_ids": ids})
+        if rows:
+            names = ", ".join(r["thread_id"] for r in rows)
+            raise DeltaPruneError(
+                "prune(strategy='keep_latest') refused, nothing was deleted: these threads "
+                f"use a DeltaChannel and their latest state is rebuilt from older "
+                f"checkpoints: {names}. Use strategy='delete' to drop them entirely."
+            )
+        yield Stmt(self.queries["maintenance.prune_keep_latest"], {"thread_ids": ids}, False)
+        return None
+
+    def _op_delete_for_runs(self, run_ids: Sequence[str]) -> Op[None]:
+        """Atomic: the driver runs it in one transaction."""
+        if isinstance(run_ids, str):
+            raise TypeError("run_ids must be a sequence of run ids, not a str")
+        ids = [str(r) for r in run_ids]
+        if not ids:
+            return None
+        rows = yield Stmt(self.queries["maintenance.runs_breaking_delta"], {"run_ids": ids})
+        if rows:
+            where = ", ".join(
+                f"{r['thread_id']}/{r['checkpoint_ns'] or '-'}/{r['checkpoint_id']}" for r in rows
+            )
+            raise DeltaPruneError(
+                "delete_for_runs refused, nothing was deleted: checkpoints of other runs "
+                f"use a DeltaChannel and rebuild their state through these runs' checkpoints "
+                f"(thread/namespace/checkpoint: {where})"
+            )
+        yield Stmt(self.queries["maintenance.delete_runs"], {"run_ids": ids}, False)
+        return None
+
+    def _op_copy_thread(self, source: str, target: str) -> Op[None]:
+        """Atomic: the driver runs it in one transaction."""
+        source, target = str(source), str(target)
+        if source == target:
+            raise ValueError("copy_thread: source and target thread ids are the same")
+        rows = yield Stmt(self.queries["maintenance.thread_exists"], {"thread_id": target})
+        if rows:
+            raise ValueError(
+                f"copy_thread: target thread {target!r} already has checkpoints; "
+                "delete it first or choose another id"
+            )
+        yield Stmt(
+            self.queries["maintenance.copy_thread"],
+            {"source_thread_id": source, "target_thread_id": target},
+            fetch=False,
+        )
+        return None
+
+
+def check_delta_args(channels: Sequence[str]) -> Literal[True] | None:
+    """Validate ``channels``; None when the answer is ``{}`` with no query."""
+    if isinstance(channels, str):
+        raise TypeError("channels must be a sequence of channel names, not a str")
+    return True if channels else None

@@ -1,0 +1,90 @@
+"""Load the SQL of ``sql/*.sql`` and render it for one Postgres schema.
+
+Files hold either one statement, or named blocks that start with ``-- name: NAME``.
+``{s}`` in a statement is the table prefix: empty (the connection's ``search_path``, like
+the official saver) or ``"schema".`` composed with :class:`psycopg.sql.Identifier`;
+``{schema}`` is the bare identifier. Parameters are named (``%(name)s``). Literal braces
+are written ``{{`` / ``}}``.
+
+In a built wheel the top-level ``sql/`` and ``migrations/`` directories are packaged as
+``langgraph_delta_postgres/sql`` and ``.../migrations``; in a source checkout they are
+read from the repository root.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+from importlib.abc import Traversable
+from pathlib import Path
+
+from psycopg import sql
+
+_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+
+
+def data_dir(name: str) -> Traversable:
+    """The packaged data directory ``name`` (``"sql"`` or ``"migrations"``)."""
+    packaged = resources.files("langgraph_delta_postgres").joinpath(name)
+    if packaged.is_dir():
+        return packaged
+    checkout = Path(__file__).resolve().parent.parent / name
+    if checkout.is_dir():
+        return checkout
+    raise FileNotFoundError(
+        f"langgraph_delta_postgres: the {name}/ directory is missing from this installation"
+    )
+
+
+def _strip_comments(text: str) -> str:
+    lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("--")]
+    return "\n".join(lines).strip()
+
+
+@cache
+def raw_blocks(filename: str) -> dict[str, str]:
+    """``{block name: SQL text}`` of one file; a file without names is one block named
+    after the file (without ``.sql``)."""
+    text = data_dir("sql").joinpath(filename).read_text(encoding="utf-8")
+    parts = _NAME.split(text)
+    if len(parts) == 1:
+        return {filename.removesuffix(".sql"): _strip_comments(text)}
+    blocks: dict[str, str] = {}
+    for i in range(1, len(parts), 2):
+        blocks[parts[i]] = _strip_comments(parts[i + 1])
+    return blocks
+
+
+def sql_files() -> list[str]:
+    return sorted(p.name for p in data_dir("sql").iterdir() if p.name.endswith(".sql"))
+
+
+def prefix(schema: str | None) -> sql.Composable:
+    if schema is None:
+        return sql.SQL("")
+    return sql.Composed([sql.Identifier(schema), sql.SQL(".")])
+
+
+def render(text: str, schema: str | None) -> sql.Composed:
+    ident: sql.Composable = sql.Identifier(schema) if schema else sql.SQL("public")
+    return sql.SQL(text).format(s=prefix(schema), schema=ident)  # type: ignore[arg-type]
+
+
+class Queries:
+    """Every statement of ``sql/``, rendered once for a schema; ``q["file.block"]``."""
+
+    def __init__(self, schema: str | None) -> None:
+        self.schema = schema
+        self._cache: dict[str, sql.Composed] = {}
+
+    def __getitem__(self, key: str) -> sql.Composed:
+        q = self._cache.get(key)
+        if q is None:
+            filename, _, block = key.partition(".")
+            q = render(raw_blocks(filename + ".sql")[block or filename], self.schema)
+            self._cache[key] = q
+        return q
+
+    def join(self, *keys: str, sep: str = " ") -> sql.Composed:
+        return sql.SQL(sep).join(self[k] for k in keys)  # type: ignore[return-value]

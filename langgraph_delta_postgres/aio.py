@@ -1,0 +1,262 @@
+"""AsyncDeltaPostgresSaver: the asyncio checkpointer (same operations as the sync one)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, nullcontext
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline, Capabilities
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from . import migrate as _migrate
+from ._core import Op, SaverCore, T, check_delta_args
+
+AsyncConn = AsyncConnection[Any] | AsyncConnectionPool[Any]
+
+
+async def adrive(cur: AsyncCursor[DictRow], op: Op[T]) -> T:
+    """Async twin of :func:`.saver.drive`: same generator, awaited I/O."""
+    try:
+        stmt = next(op)
+        while True:
+            await cur.execute(stmt.query, stmt.params)
+            rows = await cur.fetchall() if stmt.fetch else []
+            stmt = op.send(rows)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+class AsyncDeltaPostgresSaver(SaverCore):
+    """Asyncio Postgres checkpointer; see :class:`.DeltaPostgresSaver`.
+
+    With an ``AsyncConnectionPool`` independent calls run concurrently on separate
+    connections; with one ``AsyncConnection`` they take turns behind an asyncio lock.
+    """
+
+    def __init__(
+        self,
+        conn: AsyncConn,
+        pipe: AsyncPipeline | None = None,
+        serde: SerializerProtocol | None = None,
+        *,
+        schema: str | None = None,
+    ) -> None:
+        super().__init__(serde=serde)
+        if not isinstance(conn, AsyncConnection | AsyncConnectionPool):
+            raise TypeError(
+                "conn must be a psycopg AsyncConnection or AsyncConnectionPool, "
+                f"not {type(conn).__name__}"
+            )
+        if pipe is not None and not isinstance(conn, AsyncConnection):
+            raise ValueError("pipe can only be used with a single AsyncConnection, not a pool")
+        self.conn = conn
+        self.pipe = pipe
+        self.lock = asyncio.Lock()
+        self._has_pipeline = Capabilities().has_pipeline()
+        self._init_core(schema)
+        try:
+            self._bound_loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._bound_loop = None
+
+    @classmethod
+    @asynccontextmanager
+    async def from_conn_string(
+        cls,
+        conn_string: str,
+        *,
+        pipeline: bool = False,
+        pool_size: int | None = None,
+        prepare_threshold: int | None = 5,
+        schema: str | None = None,
+        serde: SerializerProtocol | None = None,
+    ) -> AsyncIterator[AsyncDeltaPostgresSaver]:
+        """A saver on a new connection (or a pool of ``pool_size``), closed on exit.
+
+        ``prepare_threshold=None`` disables server-side prepared statements, as PgBouncer
+        and other poolers in transaction mode require.
+        """
+        kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": prepare_threshold}
+        if pool_size is not None:
+            if pipeline:
+                raise ValueError("pipeline mode needs a single connection: drop pool_size")
+            async with AsyncConnectionPool(
+                conn_string, min_size=1, max_size=pool_size, kwargs=kwargs, open=False
+            ) as pool:
+                yield cls(pool, serde=serde, schema=schema)
+            return
+        async with await AsyncConnection.connect(conn_string, **kwargs) as conn:
+            if pipeline:
+                async with conn.pipeline() as pipe:
+                    yield cls(conn, pipe, serde=serde, schema=schema)
+            else:
+                yield cls(conn, serde=serde, schema=schema)
+
+    # ---------------------------------------------------------------- plumbing
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[AsyncConnection[Any]]:
+        if isinstance(self.conn, AsyncConnectionPool):
+            async with self.conn.connection() as conn:
+                yield conn
+        else:
+            async with self.lock:
+                yield self.conn
+
+    async def _run(self, op: Op[T], *, atomic: bool = False, batch: bool = False) -> T:
+        if self._bound_loop is None:
+            self._bound_loop = asyncio.get_running_loop()
+        async with self._connection() as conn:
+            in_pipe = self.pipe is not None or conn.pgconn.pipeline_status != 0
+            pipe_cm = (
+                conn.pipeline()
+                if batch and not in_pipe and self._has_pipeline
+                else nullcontext()
+            )
+            tx_cm = conn.transaction() if atomic or not conn.autocommit else nullcontext()
+            try:
+                async with pipe_cm, tx_cm, conn.cursor(binary=True, row_factory=dict_row) as cur:
+                    return await adrive(cur, op)
+            finally:
+                if self.pipe is not None:
+                    await self.pipe.sync()
+
+    # ---------------------------------------------------------------- API
+
+    async def setup(self) -> None:
+        """Apply pending migrations (safe to call from many processes at once)."""
+        async with self._connection() as conn:
+            if self.pipe is not None:
+                await self.pipe.sync()
+            await _migrate.amigrate(conn, schema=self.schema)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._run(self._op_get_tuple(config))
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        for tup in await self._run(self._op_list(config, filter, before, limit)):
+            yield tup
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await self._run(self._op_put(config, checkpoint, metadata, new_versions))
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self._run(self._op_put_writes(config, writes, task_id, task_path))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._run(self._op_delete_threads([thread_id]))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self._run(self._op_delete_for_runs(run_ids), atomic=True)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._run(self._op_copy_thread(source_thread_id, target_thread_id), atomic=True)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._run(self._op_prune(thread_ids, strategy), atomic=True)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        if check_delta_args(channels) is None:
+            return {}
+        return await self._run(self._op_delta_history(config, channels))
+
+    # Sync methods, for code that calls a checkpointer synchronously from another thread
+    # (LangGraph does for get_state on a sync graph API): run on the saver's event loop.
+
+    def _from_thread(self, coro: Any) -> Any:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not None and loop is self._loop:
+            raise asyncio.InvalidStateError(
+                "synchronous calls to AsyncDeltaPostgresSaver are only allowed from a "
+                "different thread; from the event loop use the async methods (aget_tuple, ...)"
+            )
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    @property
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._bound_loop
+        if loop is None:
+            raise asyncio.InvalidStateError(
+                "AsyncDeltaPostgresSaver has not been used on an event loop yet; "
+                "use the async methods"
+            )
+        return loop
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._from_thread(self.aget_tuple(config))  # type: ignore[no-any-return]
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        yield from self._from_thread(self._run(self._op_list(config, filter, before, limit)))
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._from_thread(  # type: ignore[no-any-return]
+            self.aput(config, checkpoint, metadata, new_versions)
+        )
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._from_thread(self.aput_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._from_thread(self.adelete_thread(thread_id))
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return self._from_thread(  # type: ignore[no-any-return]
+            self.aget_delta_channel_history(config=config, channels=channels)
+        )

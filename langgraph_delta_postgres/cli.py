@@ -1,0 +1,100 @@
+"""Command line: ``langgraph-delta-pg`` (also ``python -m langgraph_delta_postgres``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from . import migrate as _migrate
+
+
+def _dsn(args: argparse.Namespace) -> str:
+    dsn = args.dsn or os.environ.get("DATABASE_URL")
+    if not dsn:
+        raise SystemExit("error: no database: pass --dsn or set DATABASE_URL")
+    return str(dsn)
+
+
+def _connect(dsn: str):  # type: ignore[no-untyped-def]
+    import psycopg
+
+    try:
+        return psycopg.connect(dsn, autocommit=True)
+    except psycopg.OperationalError as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
+        raise SystemExit(f"error: cannot connect to the database: {msg}") from None
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    with _connect(_dsn(args)) as conn:
+        try:
+            applied = _migrate.migrate(conn, schema=args.schema)
+        except _migrate.MigrationError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+    if applied:
+        for m in applied:
+            print(f"applied {m.name}")
+    else:
+        print("up to date: no pending migrations")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with _connect(_dsn(args)) as conn:
+        st = _migrate.status(conn, schema=args.schema)
+    drifted = {a.version for a, _ in st.drifted}
+    for a in st.applied:
+        mark = "DRIFT  " if a.version in drifted else "applied"
+        when = a.applied_at.isoformat(timespec="seconds") if a.applied_at else "?"
+        print(f"{mark} {a.name:<40} sha256:{a.checksum[:12]}  {when}  {a.duration_ms} ms")
+    for m in st.pending:
+        print(f"pending {m.name:<40} sha256:{m.checksum[:12]}")
+    if st.drifted:
+        print("\ndrift:\n" + _migrate.describe_drift(st), file=sys.stderr)
+        return 1
+    print(f"\n{len(st.applied)} applied, {len(st.pending)} pending")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="langgraph-delta-pg",
+        description="Postgres checkpointer for LangGraph with SQL-side DeltaChannel history",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def db_args(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--dsn", help="Postgres connection string (default: $DATABASE_URL)")
+        sp.add_argument("--schema", default=None, help="Postgres schema (default: search_path)")
+
+    sp = sub.add_parser("migrate", help="apply pending migrations")
+    db_args(sp)
+    sp.set_defaults(func=cmd_migrate)
+    sp = sub.add_parser("status", help="applied / pending migrations, checksums, drift")
+    db_args(sp)
+    sp.set_defaults(func=cmd_status)
+    for name, module, helptext in (
+        ("bench", "bench", "benchmark against the official saver"),
+        ("demo", "demo", "run a long agent session on the embedded Postgres"),
+        ("inspect", "inspect", "show one thread's checkpoints and delta state"),
+    ):
+        try:
+            mod = __import__(f"langgraph_delta_postgres.{module}", fromlist=["add_arguments"])
+        except ImportError:
+            continue
+        sp = sub.add_parser(name, help=helptext)
+        mod.add_arguments(sp)
+        sp.set_defaults(func=mod.run)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

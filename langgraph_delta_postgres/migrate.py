@@ -1,0 +1,264 @@
+"""Versioned SQL migrations: discovery, status and a concurrency-safe runner.
+
+* Files ``migrations/NNNN_name.sql`` (the number is the version), applied in order.
+* The ledger table ``langgraph_delta_migrations`` holds one row per applied file:
+  version, file name, sha256 checksum of its text, when and how long.
+* Each file runs in its own transaction together with its ledger row, unless its header
+  has the line ``-- migrate: no-transaction`` (for ``CREATE INDEX CONCURRENTLY``); such a
+  file runs statement by statement and is written so that re-running it is harmless.
+* One session-level advisory lock is held around the whole run, so any number of
+  processes may call ``setup()`` at once: the first applies, the others wait and find
+  nothing left to do.
+* An applied file whose text changed, or that disappeared, is drift: the runner refuses
+  to continue (nothing is applied) and ``status`` reports it.
+
+The runner is a generator of steps shared by :func:`migrate` and :func:`amigrate`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+import zlib
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from psycopg import AsyncConnection, Connection, sql
+from psycopg.rows import dict_row
+
+from ._sql import Queries, data_dir, render
+
+FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+NO_TRANSACTION = re.compile(r"^--\s*migrate:\s*no-transaction\s*$", re.MULTILINE)
+LEDGER = "langgraph_delta_migrations"
+
+
+class MigrationError(RuntimeError):
+    """Migrations cannot be applied as they are (drift, a bad file, a busy connection)."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    text: str
+    checksum: str
+    transactional: bool
+
+    def statements(self) -> list[str]:
+        """The file's statements, for a file that runs outside a transaction."""
+        body = "\n".join(
+            ln for ln in self.text.splitlines() if not ln.lstrip().startswith("--")
+        )
+        return [s.strip() for s in re.split(r";\s*(?:\n|$)", body) if s.strip()]
+
+
+@dataclass(frozen=True)
+class Applied:
+    version: int
+    name: str
+    checksum: str
+    applied_at: datetime | None
+    duration_ms: int
+
+
+@dataclass
+class Status:
+    applied: list[Applied] = field(default_factory=list)
+    pending: list[Migration] = field(default_factory=list)
+    drifted: list[tuple[Applied, Migration | None]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.drifted
+
+
+def discover() -> list[Migration]:
+    """Every migration file, in version order; malformed names are an error."""
+    found: list[Migration] = []
+    for entry in data_dir("migrations").iterdir():
+        if not entry.name.endswith(".sql"):
+            continue
+        m = FILE_NAME.match(entry.name)
+        if not m:
+            raise MigrationError(
+                f"migration file {entry.name!r} must be named NNNN_lowercase_name.sql"
+            )
+        text = entry.read_text(encoding="utf-8").replace("\r\n", "\n")
+        found.append(
+            Migration(
+                version=int(m.group(1)),
+                name=entry.name,
+                text=text,
+                checksum=hashlib.sha256(text.encode()).hexdigest(),
+                transactional=not NO_TRANSACTION.search(text),
+            )
+        )
+    found.sort(key=lambda m: m.version)
+    versions = [m.version for m in found]
+    if len(set(versions)) != len(versions):
+        raise MigrationError(f"two migration files share a version: {versions}")
+    return found
+
+
+def lock_key(schema: str | None) -> int:
+    """The advisory lock of one schema's migrations (a signed 64-bit key)."""
+    return zlib.crc32(f"langgraph_delta_postgres:{schema or ''}".encode()) + (0x4C47 << 32)
+
+
+def _compare(migrations: list[Migration], ledger: list[dict[str, Any]]) -> Status:
+    by_version = {m.version: m for m in migrations}
+    status = Status()
+    seen = set()
+    for row in ledger:
+        a = Applied(
+            row["version"], row["name"], row["checksum"], row["applied_at"], row["duration_ms"]
+        )
+        status.applied.append(a)
+        seen.add(a.version)
+        m = by_version.get(a.version)
+        if m is None or m.checksum != a.checksum:
+            status.drifted.append((a, m))
+    status.pending = [m for m in migrations if m.version not in seen]
+    return status
+
+
+def describe_drift(status: Status) -> str:
+    lines = []
+    for a, m in status.drifted:
+        if m is None:
+            lines.append(f"  {a.name}: applied (version {a.version}) but the file is gone")
+        else:
+            lines.append(
+                f"  {a.name}: edited after it was applied "
+                f"(ledger sha256 {a.checksum[:12]}, file {m.checksum[:12]})"
+            )
+    return "\n".join(lines)
+
+
+# A step is a statement to run with autocommit on: (statement, params, fetch). Params
+# None sends it with the simple query protocol, which takes several statements at once.
+_Step = tuple[sql.Composable, dict[str, Any] | None, bool]
+_Plan = Generator[_Step, list[dict[str, Any]], list[Migration]]
+
+
+def _plan(schema: str | None, migrations: list[Migration]) -> _Plan:
+    q = Queries(schema)
+    if schema is not None:
+        yield q["migrate.create_schema"], None, False
+    yield q["migrate.create_ledger"], None, False
+    ledger = yield q["migrate.select_ledger"], None, True
+    status = _compare(migrations, ledger)
+    if status.drifted:
+        raise MigrationError(
+            "migrations drifted from the ledger; nothing was applied:\n" + describe_drift(status)
+        )
+    applied: list[Migration] = []
+    for m in status.pending:
+        started = time.monotonic()
+        if m.transactional:
+            yield sql.SQL("BEGIN"), None, False
+            yield render(m.text, schema), None, False
+        else:
+            for statement in m.statements():
+                yield render(statement, schema), None, False
+        ms = int((time.monotonic() - started) * 1000)
+        yield (
+            q["migrate.insert_ledger"],
+            {"version": m.version, "name": m.name, "checksum": m.checksum, "duration_ms": ms},
+            False,
+        )
+        if m.transactional:
+            yield sql.SQL("COMMIT"), None, False
+        applied.append(m)
+    return applied
+
+
+def _check_idle(conn: Connection[Any] | AsyncConnection[Any]) -> None:
+    if conn.info.transaction_status != 0:  # pq.TransactionStatus.IDLE
+        raise MigrationError(
+            "setup()/migrate need a connection that is not inside a transaction; "
+            "commit or roll back first"
+        )
+
+
+def migrate(conn: Connection[Any], *, schema: str | None = None) -> list[Migration]:
+    """Apply pending migrations on ``conn``; returns those applied (empty: up to date)."""
+    _check_idle(conn)
+    migrations = discover()
+    key = {"key": lock_key(schema)}
+    q = Queries(schema)
+    was_autocommit = conn.autocommit
+    conn.autocommit = True
+    try:
+        with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(q["migrate.lock"], key)
+            try:
+                plan = _plan(schema, migrations)
+                try:
+                    stmt, params, fetch = next(plan)
+                    while True:
+                        cur.execute(stmt, params)
+                        rows = cur.fetchall() if fetch else []
+                        stmt, params, fetch = plan.send(rows)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+                except BaseException:
+                    if conn.info.transaction_status != 0:
+                        conn.rollback()
+                    raise
+            finally:
+                cur.execute(q["migrate.unlock"], key)
+    finally:
+        conn.autocommit = was_autocommit
+
+
+async def amigrate(conn: AsyncConnection[Any], *, schema: str | None = None) -> list[Migration]:
+    """Async twin of :func:`migrate`: the same plan, awaited I/O."""
+    _check_idle(conn)
+    migrations = discover()
+    key = {"key": lock_key(schema)}
+    q = Queries(schema)
+    was_autocommit = conn.autocommit
+    await conn.set_autocommit(True)
+    try:
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(q["migrate.lock"], key)
+            try:
+                plan = _plan(schema, migrations)
+                try:
+                    stmt, params, fetch = next(plan)
+                    while True:
+                        await cur.execute(stmt, params)
+                        rows = await cur.fetchall() if fetch else []
+                        stmt, params, fetch = plan.send(rows)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+                except BaseException:
+                    if conn.info.transaction_status != 0:
+                        await conn.rollback()
+                    raise
+            finally:
+                await cur.execute(q["migrate.unlock"], key)
+    finally:
+        await conn.set_autocommit(was_autocommit)
+
+
+def status(conn: Connection[Any], *, schema: str | None = None) -> Status:
+    """Applied, pending and drifted migrations, without changing anything."""
+    migrations = discover()
+    q = Queries(schema)
+    ledger_name = f'"{schema}".{LEDGER}' if schema else LEDGER
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(q["migrate.ledger_exists"], {"ledger": ledger_name})
+        row = cur.fetchone()
+        rows = []
+        if row and row["found"]:
+            cur.execute(q["migrate.select_ledger"])
+            rows = cur.fetchall()
+    if not conn.autocommit:
+        conn.rollback()
+    return _compare(migrations, rows)

@@ -1,0 +1,193 @@
+"""DeltaPostgresSaver: the synchronous checkpointer."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from psycopg import Capabilities, Connection, Cursor, Pipeline
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import ConnectionPool
+
+from . import migrate as _migrate
+from ._core import Op, SaverCore, T, check_delta_args
+
+SyncConn = Connection[Any] | ConnectionPool[Any]
+
+
+def drive(cur: Cursor[DictRow], op: Op[T]) -> T:
+    """Run an operation's statements on ``cur``, feeding each one's rows back."""
+    try:
+        stmt = next(op)
+        while True:
+            cur.execute(stmt.query, stmt.params)
+            rows = cur.fetchall() if stmt.fetch else []
+            stmt = op.send(rows)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+class DeltaPostgresSaver(SaverCore):
+    """Postgres checkpointer whose ``get_delta_channel_history`` is one SQL statement.
+
+    Args:
+        conn: a psycopg ``Connection`` (autocommit or not, any row factory) or a
+            ``ConnectionPool``. Calls on one connection are serialized by a lock;
+            a pool serves calls in parallel.
+        pipe: a ``Pipeline`` of ``conn`` to run in pipeline mode (a connection only).
+        serde: serializer (default ``JsonPlusSerializer``).
+        schema: the Postgres schema holding the tables (default: ``search_path``).
+    """
+
+    def __init__(
+        self,
+        conn: SyncConn,
+        pipe: Pipeline | None = None,
+        serde: SerializerProtocol | None = None,
+        *,
+        schema: str | None = None,
+    ) -> None:
+        super().__init__(serde=serde)
+        if not isinstance(conn, Connection | ConnectionPool):
+            raise TypeError(
+                f"conn must be a psycopg Connection or ConnectionPool, not {type(conn).__name__}"
+            )
+        if pipe is not None and not isinstance(conn, Connection):
+            raise ValueError("pipe can only be used with a single Connection, not a pool")
+        self.conn = conn
+        self.pipe = pipe
+        self.lock = threading.Lock()
+        self._has_pipeline = Capabilities().has_pipeline()
+        self._init_core(schema)
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(
+        cls,
+        conn_string: str,
+        *,
+        pipeline: bool = False,
+        pool_size: int | None = None,
+        prepare_threshold: int | None = 5,
+        schema: str | None = None,
+        serde: SerializerProtocol | None = None,
+    ) -> Iterator[DeltaPostgresSaver]:
+        """A saver on a new connection (or a pool of ``pool_size``), closed on exit.
+
+        ``prepare_threshold=None`` disables server-side prepared statements, as PgBouncer
+        and other poolers in transaction mode require.
+        """
+        kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": prepare_threshold}
+        if pool_size is not None:
+            if pipeline:
+                raise ValueError("pipeline mode needs a single connection: drop pool_size")
+            with ConnectionPool(
+                conn_string, min_size=1, max_size=pool_size, kwargs=kwargs, open=True
+            ) as pool:
+                yield cls(pool, serde=serde, schema=schema)
+            return
+        with Connection.connect(conn_string, **kwargs) as conn:
+            if pipeline:
+                with conn.pipeline() as pipe:
+                    yield cls(conn, pipe, serde=serde, schema=schema)
+            else:
+                yield cls(conn, serde=serde, schema=schema)
+
+    # ---------------------------------------------------------------- plumbing
+
+    @contextmanager
+    def _connection(self) -> Iterator[Connection[Any]]:
+        if isinstance(self.conn, ConnectionPool):
+            with self.conn.connection() as conn:
+                yield conn
+        else:
+            with self.lock:
+                yield self.conn
+
+    def _run(self, op: Op[T], *, atomic: bool = False, batch: bool = False) -> T:
+        """Run ``op`` on one connection. ``atomic``: several statements that must commit
+        together; ``batch``: statements that need no answer, sent in one pipeline."""
+        with self._connection() as conn:
+            in_pipe = self.pipe is not None or conn.pgconn.pipeline_status != 0
+            pipe_cm = (
+                conn.pipeline()
+                if batch and not in_pipe and self._has_pipeline
+                else nullcontext()
+            )
+            tx_cm = conn.transaction() if atomic or not conn.autocommit else nullcontext()
+            try:
+                with pipe_cm, tx_cm, conn.cursor(binary=True, row_factory=dict_row) as cur:
+                    return drive(cur, op)
+            finally:
+                if self.pipe is not None:
+                    self.pipe.sync()
+
+    # ---------------------------------------------------------------- API
+
+    def setup(self) -> None:
+        """Apply pending migrations (safe to call from many processes at once)."""
+        with self._connection() as conn:
+            if self.pipe is not None:
+                self.pipe.sync()
+            _migrate.migrate(conn, schema=self.schema)
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._run(self._op_get_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        yield from self._run(self._op_list(config, filter, before, limit))
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._run(self._op_put(config, checkpoint, metadata, new_versions))
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._run(self._op_put_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._run(self._op_delete_threads([thread_id]))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._run(self._op_delete_for_runs(run_ids), atomic=True)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._run(self._op_copy_thread(source_thread_id, target_thread_id), atomic=True)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._run(self._op_prune(thread_ids, strategy), atomic=True)
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        if check_delta_args(channels) is None:
+            return {}
+        return self._run(self._op_delta_history(config, channels))

@@ -1,0 +1,97 @@
+-- checkpoints: reading checkpoint tuples (get_tuple, list).
+--
+-- A query is `select_tuples` followed by `WHERE` and the predicates the call needs,
+-- joined with AND, then one of the ordering blocks. Every block is a fragment of that
+-- one statement; Python only picks which fragments, never writes SQL.
+--
+-- Result columns of select_tuples
+--   thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id  text
+--   checkpoint, metadata                                           jsonb
+--   blob_channels, blob_types text[], blob_values bytea[]   the non-"empty" blobs at the
+--       versions the checkpoint names (the stored values that are not inline)
+--   write_task_ids, write_channels, write_types text[], write_blobs bytea[]
+--       the checkpoint's pending writes, in writes_sort_key order (COLLATE "C": code
+--       point order, as Python compares strings)
+--   send_types text[], send_blobs bytea[]   for a checkpoint older than format v4 only:
+--       the parent's TASKS writes, which LangGraph then kept as pending sends
+-- Parameters: %(tasks)s (the TASKS channel name) and those of the chosen predicates.
+-- Indexes: checkpoints_pkey for the predicates (list without a thread scans);
+-- checkpoint_blobs_pkey per channel version; checkpoint_writes_pkey prefix per checkpoint.
+
+-- name: select_tuples
+SELECT
+    c.thread_id AS thread_id,
+    c.checkpoint_ns AS checkpoint_ns,
+    c.checkpoint_id AS checkpoint_id,
+    c.parent_checkpoint_id AS parent_checkpoint_id,
+    c.checkpoint AS checkpoint,
+    c.metadata AS metadata,
+    bl.channels AS blob_channels,
+    bl.types AS blob_types,
+    bl.blobs AS blob_values,
+    wr.task_ids AS write_task_ids,
+    wr.channels AS write_channels,
+    wr.types AS write_types,
+    wr.blobs AS write_blobs,
+    se.types AS send_types,
+    se.blobs AS send_blobs
+FROM {s}checkpoints AS c
+CROSS JOIN LATERAL (
+    SELECT array_agg(b.channel) AS channels,
+           array_agg(b.type) AS types,
+           array_agg(b.blob) AS blobs
+    FROM jsonb_each_text(c.checkpoint -> 'channel_versions') AS v
+    JOIN {s}checkpoint_blobs AS b
+      ON b.thread_id = c.thread_id
+     AND b.checkpoint_ns = c.checkpoint_ns
+     AND b.channel = v.key
+     AND b.version = v.value
+    WHERE b.type <> 'empty'
+) AS bl
+CROSS JOIN LATERAL (
+    SELECT array_agg(w.task_id ORDER BY w.task_path COLLATE "C", w.task_id COLLATE "C", w.idx)
+               AS task_ids,
+           array_agg(w.channel ORDER BY w.task_path COLLATE "C", w.task_id COLLATE "C", w.idx)
+               AS channels,
+           array_agg(w.type ORDER BY w.task_path COLLATE "C", w.task_id COLLATE "C", w.idx)
+               AS types,
+           array_agg(w.blob ORDER BY w.task_path COLLATE "C", w.task_id COLLATE "C", w.idx)
+               AS blobs
+    FROM {s}checkpoint_writes AS w
+    WHERE w.thread_id = c.thread_id
+      AND w.checkpoint_ns = c.checkpoint_ns
+      AND w.checkpoint_id = c.checkpoint_id
+) AS wr
+LEFT JOIN LATERAL (
+    SELECT array_agg(sw.type ORDER BY sw.task_path COLLATE "C", sw.task_id COLLATE "C", sw.idx)
+               AS types,
+           array_agg(sw.blob ORDER BY sw.task_path COLLATE "C", sw.task_id COLLATE "C", sw.idx)
+               AS blobs
+    FROM {s}checkpoint_writes AS sw
+    WHERE (c.checkpoint ->> 'v')::int < 4
+      AND sw.thread_id = c.thread_id
+      AND sw.checkpoint_ns = c.checkpoint_ns
+      AND sw.checkpoint_id = c.parent_checkpoint_id
+      AND sw.channel = %(tasks)s
+) AS se ON TRUE
+
+-- name: where_thread
+c.thread_id = %(thread_id)s
+
+-- name: where_ns
+c.checkpoint_ns = %(checkpoint_ns)s
+
+-- name: where_id
+c.checkpoint_id = %(checkpoint_id)s
+
+-- name: where_filter
+c.metadata @> %(filter)s
+
+-- name: where_before
+c.checkpoint_id < %(before)s
+
+-- name: order_newest
+ORDER BY c.checkpoint_id DESC
+
+-- name: order_newest_limit
+ORDER BY c.checkpoint_id DESC LIMIT %(limit)s

@@ -1,0 +1,177 @@
+-- maintenance: delete_thread, delete_for_runs, copy_thread, prune.
+-- Each block is one statement; the multi-table deletes use data-modifying CTEs so a
+-- thread is removed atomically even on an autocommit connection.
+
+-- name: delete_threads
+-- delete_thread and prune(strategy="delete"). Parameter: thread_ids text[].
+-- Indexes: the *_thread_id_idx of migration 0002.
+WITH w AS (
+    DELETE FROM {s}checkpoint_writes WHERE thread_id = ANY (%(thread_ids)s::text[])
+), b AS (
+    DELETE FROM {s}checkpoint_blobs WHERE thread_id = ANY (%(thread_ids)s::text[])
+)
+DELETE FROM {s}checkpoints WHERE thread_id = ANY (%(thread_ids)s::text[])
+
+-- name: delta_threads
+-- Which of %(thread_ids)s use a DeltaChannel: counters in the typed column or in the
+-- metadata (rows of other writers), or a _DeltaSnapshot marker (inline `true` with a blob
+-- at that version). Result column: thread_id.
+SELECT DISTINCT c.thread_id AS thread_id
+FROM {s}checkpoints AS c
+WHERE c.thread_id = ANY (%(thread_ids)s::text[])
+  AND (
+      c.delta_channels IS NOT NULL
+      OR c.metadata ? 'counters_since_delta_snapshot'
+      OR EXISTS (
+          SELECT 1
+          FROM jsonb_each(c.checkpoint -> 'channel_values') AS v
+          JOIN {s}checkpoint_blobs AS b
+            ON b.thread_id = c.thread_id
+           AND b.checkpoint_ns = c.checkpoint_ns
+           AND b.channel = v.key
+           AND b.version = c.checkpoint -> 'channel_versions' ->> v.key
+          WHERE v.value = 'true'::jsonb AND b.type <> 'empty'
+      )
+  )
+ORDER BY 1
+
+-- name: prune_keep_latest
+-- prune(strategy="keep_latest"): per (thread, namespace) keep the newest checkpoint, its
+-- pending writes and the blobs it references; delete every other checkpoint, write and
+-- blob of the threads, and detach the kept checkpoints from their deleted parents.
+-- One statement, so one snapshot: rows committed after it started are not touched.
+-- Parameter: thread_ids text[].
+WITH kept AS (
+    SELECT DISTINCT ON (thread_id, checkpoint_ns)
+           thread_id, checkpoint_ns, checkpoint_id,
+           checkpoint -> 'channel_versions' AS versions
+    FROM {s}checkpoints
+    WHERE thread_id = ANY (%(thread_ids)s::text[])
+    ORDER BY thread_id, checkpoint_ns, checkpoint_id DESC
+), del_checkpoints AS (
+    DELETE FROM {s}checkpoints AS c
+    WHERE c.thread_id = ANY (%(thread_ids)s::text[])
+      AND NOT EXISTS (
+          SELECT 1 FROM kept AS k
+          WHERE k.thread_id = c.thread_id
+            AND k.checkpoint_ns = c.checkpoint_ns
+            AND k.checkpoint_id = c.checkpoint_id
+      )
+), del_writes AS (
+    DELETE FROM {s}checkpoint_writes AS w
+    WHERE w.thread_id = ANY (%(thread_ids)s::text[])
+      AND NOT EXISTS (
+          SELECT 1 FROM kept AS k
+          WHERE k.thread_id = w.thread_id
+            AND k.checkpoint_ns = w.checkpoint_ns
+            AND k.checkpoint_id = w.checkpoint_id
+      )
+), del_blobs AS (
+    DELETE FROM {s}checkpoint_blobs AS b
+    WHERE b.thread_id = ANY (%(thread_ids)s::text[])
+      AND NOT EXISTS (
+          SELECT 1 FROM kept AS k
+          CROSS JOIN LATERAL jsonb_each_text(k.versions) AS v
+          WHERE k.thread_id = b.thread_id
+            AND k.checkpoint_ns = b.checkpoint_ns
+            AND v.key = b.channel
+            AND v.value = b.version
+      )
+)
+UPDATE {s}checkpoints AS c
+SET parent_checkpoint_id = NULL
+FROM kept AS k
+WHERE c.thread_id = k.thread_id
+  AND c.checkpoint_ns = k.checkpoint_ns
+  AND c.checkpoint_id = k.checkpoint_id
+  AND c.parent_checkpoint_id IS NOT NULL
+
+-- name: runs_breaking_delta
+-- delete_for_runs refuses when a checkpoint that survives (not of the runs) uses a
+-- DeltaChannel and its parent is deleted: its delta state is rebuilt from that parent's
+-- chain. Parameter: run_ids text[]. Result columns: thread_id, checkpoint_ns, checkpoint_id
+-- of the surviving checkpoints that would break.
+SELECT child.thread_id AS thread_id,
+       child.checkpoint_ns AS checkpoint_ns,
+       child.checkpoint_id AS checkpoint_id
+FROM {s}checkpoints AS dead
+JOIN {s}checkpoints AS child
+  ON child.thread_id = dead.thread_id
+ AND child.checkpoint_ns = dead.checkpoint_ns
+ AND child.parent_checkpoint_id = dead.checkpoint_id
+WHERE dead.metadata ->> 'run_id' = ANY (%(run_ids)s::text[])
+  AND coalesce(child.metadata ->> 'run_id', '') <> ALL (%(run_ids)s::text[])
+  AND (child.delta_channels IS NOT NULL
+       OR child.metadata ? 'counters_since_delta_snapshot')
+ORDER BY 1, 2, 3
+LIMIT 20
+
+-- name: delete_runs
+-- delete_for_runs: the runs' checkpoints, their writes, and the blobs no surviving
+-- checkpoint of the same thread and namespace references. Parameter: run_ids text[].
+-- Reads checkpoints by metadata ->> 'run_id' (a scan: no index serves it).
+WITH dead AS (
+    DELETE FROM {s}checkpoints AS c
+    WHERE c.metadata ->> 'run_id' = ANY (%(run_ids)s::text[])
+    RETURNING c.thread_id, c.checkpoint_ns, c.checkpoint_id,
+              c.checkpoint -> 'channel_versions' AS versions
+), del_writes AS (
+    DELETE FROM {s}checkpoint_writes AS w
+    USING dead AS d
+    WHERE w.thread_id = d.thread_id
+      AND w.checkpoint_ns = d.checkpoint_ns
+      AND w.checkpoint_id = d.checkpoint_id
+), freed AS (
+    SELECT DISTINCT d.thread_id, d.checkpoint_ns, v.key AS channel, v.value AS version
+    FROM dead AS d
+    CROSS JOIN LATERAL jsonb_each_text(d.versions) AS v
+)
+DELETE FROM {s}checkpoint_blobs AS b
+USING freed AS f
+WHERE b.thread_id = f.thread_id
+  AND b.checkpoint_ns = f.checkpoint_ns
+  AND b.channel = f.channel
+  AND b.version = f.version
+  AND NOT EXISTS (
+      SELECT 1 FROM {s}checkpoints AS c
+      WHERE c.thread_id = f.thread_id
+        AND c.checkpoint_ns = f.checkpoint_ns
+        AND c.checkpoint -> 'channel_versions' ->> f.channel = f.version
+        AND coalesce(c.metadata ->> 'run_id', '') <> ALL (%(run_ids)s::text[])
+  )
+
+-- name: thread_exists
+-- Parameter: thread_id. Result column: found (a row when the thread has a checkpoint).
+SELECT 1 AS found FROM {s}checkpoints WHERE thread_id = %(thread_id)s LIMIT 1
+
+-- name: copy_thread
+-- copy_thread: every checkpoint, blob and write of source_thread_id, all namespaces, to
+-- target_thread_id, with the same checkpoint ids and parent pointers, so the copy can
+-- rebuild any DeltaChannel state the source can. Parameters: source_thread_id,
+-- target_thread_id. Rows the target already has are kept (ON CONFLICT DO NOTHING).
+WITH cp AS (
+    INSERT INTO {s}checkpoints (
+        thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint,
+        metadata, stored_channels, delta_channels, delta_updates, delta_supersteps
+    )
+    SELECT %(target_thread_id)s, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type,
+           checkpoint, metadata, stored_channels, delta_channels, delta_updates,
+           delta_supersteps
+    FROM {s}checkpoints
+    WHERE thread_id = %(source_thread_id)s
+    ON CONFLICT DO NOTHING
+), bl AS (
+    INSERT INTO {s}checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
+    SELECT %(target_thread_id)s, checkpoint_ns, channel, version, type, blob
+    FROM {s}checkpoint_blobs
+    WHERE thread_id = %(source_thread_id)s
+    ON CONFLICT DO NOTHING
+)
+INSERT INTO {s}checkpoint_writes (
+    thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob
+)
+SELECT %(target_thread_id)s, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel,
+       type, blob
+FROM {s}checkpoint_writes
+WHERE thread_id = %(source_thread_id)s
+ON CONFLICT DO NOTHING

@@ -1,0 +1,86 @@
+-- write: put and put_writes, one statement each.
+
+-- name: put_checkpoint
+-- Stores a checkpoint and the blobs of its new non-inline values in one statement.
+-- Parameters: thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id,
+--   checkpoint jsonb (channel_values holding only inline primitives and the `true`
+--   markers of _DeltaSnapshot blobs), metadata jsonb,
+--   blob_channels/blob_versions/blob_types/blob_values: the blobs to write (new versions);
+--   inline_channels: channels stored inline with a non-null value;
+--   probe_channels/probe_versions: every blob-valued channel with its version, to find
+--   out whether a blob is stored for it (already there, or written by this statement);
+--   delta_channels/delta_updates/delta_supersteps: counters_since_delta_snapshot.
+-- stored_channels = inline ∪ blobs this statement inserted ∪ blobs already present.
+-- A data-modifying CTE's rows are invisible to the rest of the statement, hence the
+-- RETURNING branch next to the probe (which sees what existed before).
+-- Indexes: checkpoint_blobs_pkey (conflict + probe), checkpoints_pkey (conflict).
+WITH new_blobs AS (
+    INSERT INTO {s}checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
+    SELECT %(thread_id)s, %(checkpoint_ns)s, u.channel, u.version, u.type, u.blob
+    FROM unnest(
+        %(blob_channels)s::text[], %(blob_versions)s::text[],
+        %(blob_types)s::text[], %(blob_values)s::bytea[]
+    ) AS u(channel, version, type, blob)
+    ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
+    RETURNING channel, type
+)
+INSERT INTO {s}checkpoints (
+    thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint, metadata,
+    stored_channels, delta_channels, delta_updates, delta_supersteps
+)
+VALUES (
+    %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_checkpoint_id)s,
+    %(checkpoint)s, %(metadata)s,
+    ARRAY(
+        SELECT ch FROM unnest(%(inline_channels)s::text[]) AS ch
+        UNION
+        SELECT nb.channel FROM new_blobs AS nb WHERE nb.type <> 'empty'
+        UNION
+        SELECT b.channel
+        FROM unnest(%(probe_channels)s::text[], %(probe_versions)s::text[]) AS p(channel, version)
+        JOIN {s}checkpoint_blobs AS b
+          ON b.thread_id = %(thread_id)s
+         AND b.checkpoint_ns = %(checkpoint_ns)s
+         AND b.channel = p.channel
+         AND b.version = p.version
+        WHERE b.type <> 'empty'
+        ORDER BY 1
+    ),
+    %(delta_channels)s::text[], %(delta_updates)s::int[], %(delta_supersteps)s::int[]
+)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
+    checkpoint = EXCLUDED.checkpoint,
+    metadata = EXCLUDED.metadata,
+    stored_channels = EXCLUDED.stored_channels,
+    delta_channels = EXCLUDED.delta_channels,
+    delta_updates = EXCLUDED.delta_updates,
+    delta_supersteps = EXCLUDED.delta_supersteps
+
+-- name: insert_writes
+-- put_writes for regular channels: the first write of a (task_id, idx) wins, so a task
+-- retried after a crash cannot change what was recorded. Parameters: thread_id,
+-- checkpoint_ns, checkpoint_id, task_id, task_path, and the parallel arrays idxs,
+-- channels, types, blobs (distinct idxs). Index: checkpoint_writes_pkey (conflict).
+INSERT INTO {s}checkpoint_writes
+    (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
+SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, %(task_path)s,
+       u.idx, u.channel, u.type, u.blob
+FROM unnest(%(idxs)s::int[], %(channels)s::text[], %(types)s::text[], %(blobs)s::bytea[])
+    AS u(idx, channel, type, blob)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
+
+-- name: upsert_writes
+-- put_writes when every write is a special channel (error, interrupt, resume, scheduled,
+-- at the fixed negative idx of WRITES_IDX_MAP): the latest one replaces the stored one.
+-- Same parameters as insert_writes.
+INSERT INTO {s}checkpoint_writes
+    (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
+SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, %(task_path)s,
+       u.idx, u.channel, u.type, u.blob
+FROM unnest(%(idxs)s::int[], %(channels)s::text[], %(types)s::text[], %(blobs)s::bytea[])
+    AS u(idx, channel, type, blob)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
+    channel = EXCLUDED.channel,
+    type = EXCLUDED.type,
+    blob = EXCLUDED.blob,
+    task_path = EXCLUDED.task_path
