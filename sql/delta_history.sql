@@ -89,26 +89,34 @@ walk AS (
         p.checkpoint_id AS checkpoint_id,
         p.parent_checkpoint_id AS parent_checkpoint_id,
         n.active AS active,
-        ARRAY(
-            SELECT ch FROM unnest(n.active) AS ch
-            WHERE CASE
-                WHEN p.stored_channels IS NOT NULL THEN ch = ANY (p.stored_channels)
-                ELSE jsonb_typeof(p.checkpoint -> 'channel_values' -> ch)
-                         IN ('string', 'number', 'boolean')
-                     OR EXISTS (
-                         SELECT 1 FROM {s}checkpoint_blobs AS b
-                         WHERE b.thread_id = %(thread_id)s
-                           AND b.checkpoint_ns = %(checkpoint_ns)s
-                           AND b.channel = ch
-                           AND b.version = p.checkpoint -> 'channel_versions' ->> ch
-                           AND b.type <> 'empty'
-                     )
-            END
-        ) AS seeded,
+        CASE
+            -- the common step: the row is ours and stores none of the active channels
+            WHEN p.stored_channels IS NOT NULL AND NOT (p.stored_channels && n.active)
+                THEN '{{}}'::text[]
+            ELSE ARRAY(
+                SELECT ch FROM unnest(n.active) AS ch
+                WHERE CASE
+                    WHEN p.stored_channels IS NOT NULL THEN ch = ANY (p.stored_channels)
+                    ELSE jsonb_typeof(p.checkpoint -> 'channel_values' -> ch)
+                             IN ('string', 'number', 'boolean')
+                         OR EXISTS (
+                             SELECT 1 FROM {s}checkpoint_blobs AS b
+                             WHERE b.thread_id = %(thread_id)s
+                               AND b.checkpoint_ns = %(checkpoint_ns)s
+                               AND b.channel = ch
+                               AND b.version = p.checkpoint -> 'channel_versions' ->> ch
+                               AND b.type <> 'empty'
+                         )
+                END
+            )
+        END AS seeded,
         p.checkpoint_id < w.checkpoint_id AS ordered
     FROM walk AS w
     CROSS JOIN LATERAL (
-        SELECT ARRAY(SELECT ch FROM unnest(w.active) AS ch WHERE ch <> ALL (w.seeded)) AS active
+        SELECT CASE
+            WHEN cardinality(w.seeded) = 0 THEN w.active
+            ELSE ARRAY(SELECT ch FROM unnest(w.active) AS ch WHERE ch <> ALL (w.seeded))
+        END AS active
     ) AS n
     JOIN {s}checkpoints AS p
       ON p.thread_id = %(thread_id)s
@@ -162,7 +170,7 @@ FROM (
      AND b.channel = s.ch
      AND b.version = p.checkpoint -> 'channel_versions' ->> s.ch
      AND b.type <> 'empty'
-    WHERE w.depth > 0 AND w.ordered
+    WHERE w.depth > 0 AND w.ordered AND cardinality(w.seeded) > 0
     UNION ALL
     SELECT
         'x'::text AS kind,
