@@ -26,7 +26,6 @@ from langgraph.checkpoint.base import (
     get_checkpoint_id,
     get_serializable_checkpoint_metadata,
 )
-from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import TASKS, _DeltaSnapshot
 from psycopg import sql
 from psycopg.types.json import Jsonb
@@ -75,7 +74,7 @@ def next_version(current: str | int | float | None) -> str:
 
 def _configurable(config: RunnableConfig) -> dict[str, Any]:
     try:
-        return cast(dict[str, Any], config["configurable"])
+        return config["configurable"]
     except (KeyError, TypeError):
         raise ValueError("config must have a 'configurable' mapping with a 'thread_id'") from None
 
@@ -104,7 +103,7 @@ class SaverCore(BaseCheckpointSaver[str]):
         self.schema = schema
         self.queries = Queries(schema)
 
-    def get_next_version(self, current: str | None, channel: None) -> str:  # type: ignore[override]
+    def get_next_version(self, current: str | None, channel: None) -> str:
         return next_version(current)
 
     # ------------------------------------------------------------------ reading
@@ -199,7 +198,7 @@ class SaverCore(BaseCheckpointSaver[str]):
                     q["checkpoints.order_newest_limit"],
                 ]
             )
-        rows = yield Stmt(cast(sql.Composed, query), params)
+        rows = yield Stmt(query, params)
         return self._row_to_tuple(rows[0]) if rows else None
 
     def _op_list(
@@ -238,7 +237,7 @@ class SaverCore(BaseCheckpointSaver[str]):
             parts.append(q["checkpoints.order_newest_limit"])
         else:
             parts.append(q["checkpoints.order_newest"])
-        rows = yield Stmt(cast(sql.Composed, sql.SQL(" ").join(parts)), params)
+        rows = yield Stmt(sql.SQL(" ").join(parts), params)
         return [self._row_to_tuple(r) for r in rows]
 
     # ------------------------------------------------------------------ history

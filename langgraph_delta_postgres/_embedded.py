@@ -13,6 +13,7 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 INSTALL_HINT = "pip install 'langgraph-delta-postgres[embedded]'"
 
@@ -21,7 +22,7 @@ class EmbeddedPostgresUnavailable(RuntimeError):
     """The embedded server cannot run here; the message says what to do instead."""
 
 
-def _import_pgserver():  # type: ignore[no-untyped-def]
+def _import_pgserver() -> Any:
     if sys.version_info >= (3, 14):
         raise EmbeddedPostgresUnavailable(
             f"the embedded Postgres has no wheel for Python "
@@ -31,7 +32,7 @@ def _import_pgserver():  # type: ignore[no-untyped-def]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            import pgserver  # type: ignore[import-untyped]
+            import pgserver
     except ImportError:
         raise EmbeddedPostgresUnavailable(
             "the embedded Postgres is not installed: "

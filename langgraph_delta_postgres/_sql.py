@@ -68,7 +68,7 @@ def prefix(schema: str | None) -> sql.Composable:
 
 def render(text: str, schema: str | None) -> sql.Composed:
     ident: sql.Composable = sql.Identifier(schema) if schema else sql.SQL("public")
-    return sql.SQL(text).format(s=prefix(schema), schema=ident)  # type: ignore[arg-type]
+    return sql.SQL(text).format(s=prefix(schema), schema=ident)
 
 
 class Queries:
@@ -87,4 +87,4 @@ class Queries:
         return q
 
     def join(self, *keys: str, sep: str = " ") -> sql.Composed:
-        return sql.SQL(sep).join(self[k] for k in keys)  # type: ignore[return-value]
+        return sql.SQL(sep).join([self[k] for k in keys])

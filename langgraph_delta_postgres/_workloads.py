@@ -100,26 +100,29 @@ def _delta_files(state: dict[str, str], writes: Sequence[dict[str, str]]) -> dic
     return out
 
 
-def state_schema(delta: bool, snapshot_frequency: int | None) -> type:
+class FullState(TypedDict):
+    """Classic reducer fields: the whole value is stored again whenever it changes."""
+
+    messages: Annotated[list[AnyMessage], add_messages]
+    files: Annotated[dict[str, str], _merge_files]
+
+
+def state_schema(delta: bool, snapshot_frequency: int | None) -> Any:
     """The graph state: DeltaChannel fields, or full-snapshot reducer fields."""
-    # Built with the functional TypedDict form: the annotations hold live objects
-    # (a DeltaChannel configured at run time), not strings to evaluate later.
-    if delta:
-        kw = {} if snapshot_frequency is None else {"snapshot_frequency": snapshot_frequency}
-        return TypedDict(  # type: ignore[operator]
-            "DeltaState",
-            {
-                "messages": Annotated[list[AnyMessage], DeltaChannel(_delta_messages, **kw)],
-                "files": Annotated[dict[str, str], DeltaChannel(_delta_files, **kw)],
-            },
-        )
-    return TypedDict(  # type: ignore[operator]
-        "FullState",
+    if not delta:
+        return FullState
+    # The functional form: the annotations hold a DeltaChannel configured at run time.
+    kw: dict[str, Any] = {}
+    if snapshot_frequency is not None:
+        kw["snapshot_frequency"] = snapshot_frequency
+    DeltaState = TypedDict(  # noqa: UP013
+        "DeltaState",
         {
-            "messages": Annotated[list[AnyMessage], add_messages],
-            "files": Annotated[dict[str, str], _merge_files],
+            "messages": Annotated[list[AnyMessage], DeltaChannel(_delta_messages, **kw)],
+            "files": Annotated[dict[str, str], DeltaChannel(_delta_files, **kw)],
         },
     )
+    return DeltaState
 
 
 def _turn_of(messages: Sequence[AnyMessage]) -> int:
@@ -136,7 +139,7 @@ def build_graph(
     """Compile the workload's graph on ``checkpointer``."""
     w = WORKLOADS[workload] if isinstance(workload, str) else workload
 
-    def agent(state: dict[str, Any]) -> dict[str, Any]:
+    def agent(state: Any) -> dict[str, Any]:
         turn = _turn_of(state["messages"])
         calls = []
         if w.search_chars or w.file_writes:
@@ -149,7 +152,7 @@ def build_graph(
             ]
         }
 
-    def tools(state: dict[str, Any]) -> dict[str, Any]:
+    def tools(state: Any) -> dict[str, Any]:
         turn = _turn_of(state["messages"])
         size = w.search_chars + (w.big_chars if w.big_every and turn % w.big_every == 0 else 0)
         files = {
@@ -165,11 +168,11 @@ def build_graph(
             "files": files,
         }
 
-    def route(state: dict[str, Any]) -> str:
+    def route(state: Any) -> str:
         last = state["messages"][-1]
         return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
 
-    g = StateGraph(state_schema(delta, snapshot_frequency))
+    g: StateGraph[Any] = StateGraph(state_schema(delta, snapshot_frequency))
     g.add_node("agent", agent)
     g.add_node("tools", tools)
     g.add_edge(START, "agent")

@@ -141,7 +141,7 @@ def describe_drift(status: Status) -> str:
 
 # A step is a statement to run with autocommit on: (statement, params, fetch). Params
 # None sends it with the simple query protocol, which takes several statements at once.
-_Step = tuple[sql.Composable, dict[str, Any] | None, bool]
+_Step = tuple[sql.Composed | sql.SQL, dict[str, Any] | None, bool]
 _Plan = Generator[_Step, list[dict[str, Any]], list[Migration]]
 
 
