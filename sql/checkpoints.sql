@@ -41,12 +41,17 @@ CROSS JOIN LATERAL (
            array_agg(b.type) AS types,
            array_agg(b.blob) AS blobs
     FROM jsonb_each_text(c.checkpoint -> 'channel_versions') AS v
-    JOIN {s}checkpoint_blobs AS b
-      ON b.thread_id = c.thread_id
-     AND b.checkpoint_ns = c.checkpoint_ns
-     AND b.channel = v.key
-     AND b.version = v.value
-    WHERE b.type <> 'empty'
+    CROSS JOIN LATERAL (
+        -- LIMIT 1 keeps this a primary-key lookup per channel, whatever the statistics
+        SELECT x.channel, x.type, x.blob
+        FROM {s}checkpoint_blobs AS x
+        WHERE x.thread_id = c.thread_id
+          AND x.checkpoint_ns = c.checkpoint_ns
+          AND x.channel = v.key
+          AND x.version = v.value
+          AND x.type <> 'empty'
+        LIMIT 1
+    ) AS b
 ) AS bl
 CROSS JOIN LATERAL (
     SELECT array_agg(w.task_id ORDER BY w.task_path COLLATE "C", w.task_id COLLATE "C", w.idx)

@@ -44,6 +44,13 @@
 --       yields a 'x' row too.
 --   So a cycle costs at most one lap and never recurses forever.
 --
+-- Plan shape
+--   Every correlated lookup is a LATERAL subquery with LIMIT 1 / OFFSET 0 (or a scalar
+--   subquery), which the planner cannot flatten into a join. Measured: on a fresh,
+--   never-analyzed table the flattened form was planned as "scan the whole thread per
+--   step" (1.85 s for 2,000 ancestors); the fenced form is one primary-key lookup per
+--   step whatever the statistics say (python scripts/explain_history.py --depth 2000).
+--
 -- Indexes
 --   target       checkpoints_pkey (thread_id, checkpoint_ns, checkpoint_id): equality,
 --                or a backward range scan LIMIT 1 for the latest.
@@ -99,14 +106,15 @@ walk AS (
                     WHEN p.stored_channels IS NOT NULL THEN ch = ANY (p.stored_channels)
                     ELSE jsonb_typeof(p.checkpoint -> 'channel_values' -> ch)
                              IN ('string', 'number', 'boolean')
-                         OR EXISTS (
-                             SELECT 1 FROM {s}checkpoint_blobs AS b
+                         OR (
+                             SELECT TRUE FROM {s}checkpoint_blobs AS b
                              WHERE b.thread_id = %(thread_id)s
                                AND b.checkpoint_ns = %(checkpoint_ns)s
                                AND b.channel = ch
                                AND b.version = p.checkpoint -> 'channel_versions' ->> ch
                                AND b.type <> 'empty'
-                         )
+                             LIMIT 1
+                         ) IS NOT NULL
                 END
             )
         END AS seeded,
@@ -118,10 +126,14 @@ walk AS (
             ELSE ARRAY(SELECT ch FROM unnest(w.active) AS ch WHERE ch <> ALL (w.seeded))
         END AS active
     ) AS n
-    JOIN {s}checkpoints AS p
-      ON p.thread_id = %(thread_id)s
-     AND p.checkpoint_ns = %(checkpoint_ns)s
-     AND p.checkpoint_id = w.parent_checkpoint_id
+    CROSS JOIN LATERAL (
+        SELECT p.checkpoint_id, p.parent_checkpoint_id, p.stored_channels, p.checkpoint
+        FROM {s}checkpoints AS p
+        WHERE p.thread_id = %(thread_id)s
+          AND p.checkpoint_ns = %(checkpoint_ns)s
+          AND p.checkpoint_id = w.parent_checkpoint_id
+        LIMIT 1
+    ) AS p
     WHERE w.ordered
       AND w.depth < %(max_depth)s
       AND cardinality(n.active) > 0
@@ -140,11 +152,15 @@ FROM (
         NULL::jsonb AS inline,
         w.checkpoint_id AS checkpoint_id
     FROM walk AS w
-    JOIN {s}checkpoint_writes AS cw
-      ON cw.thread_id = %(thread_id)s
-     AND cw.checkpoint_ns = %(checkpoint_ns)s
-     AND cw.checkpoint_id = w.checkpoint_id
-     AND cw.channel = ANY (w.active)
+    CROSS JOIN LATERAL (
+        SELECT x.channel, x.task_id, x.task_path, x.idx, x.type, x.blob
+        FROM {s}checkpoint_writes AS x
+        WHERE x.thread_id = %(thread_id)s
+          AND x.checkpoint_ns = %(checkpoint_ns)s
+          AND x.checkpoint_id = w.checkpoint_id
+          AND x.channel = ANY (w.active)
+        OFFSET 0
+    ) AS cw
     WHERE w.depth > 0 AND w.ordered
     UNION ALL
     SELECT
@@ -156,20 +172,29 @@ FROM (
         NULL::integer AS idx,
         b.type AS type,
         b.blob AS blob,
-        CASE WHEN b.type IS NULL THEN p.checkpoint -> 'channel_values' -> s.ch END AS inline,
+        CASE WHEN b.type IS NULL THEN p.inline END AS inline,
         w.checkpoint_id AS checkpoint_id
     FROM walk AS w
     CROSS JOIN LATERAL unnest(w.seeded) AS s(ch)
-    JOIN {s}checkpoints AS p
-      ON p.thread_id = %(thread_id)s
-     AND p.checkpoint_ns = %(checkpoint_ns)s
-     AND p.checkpoint_id = w.checkpoint_id
-    LEFT JOIN {s}checkpoint_blobs AS b
-      ON b.thread_id = %(thread_id)s
-     AND b.checkpoint_ns = %(checkpoint_ns)s
-     AND b.channel = s.ch
-     AND b.version = p.checkpoint -> 'channel_versions' ->> s.ch
-     AND b.type <> 'empty'
+    CROSS JOIN LATERAL (
+        SELECT x.checkpoint -> 'channel_versions' ->> s.ch AS version,
+               x.checkpoint -> 'channel_values' -> s.ch AS inline
+        FROM {s}checkpoints AS x
+        WHERE x.thread_id = %(thread_id)s
+          AND x.checkpoint_ns = %(checkpoint_ns)s
+          AND x.checkpoint_id = w.checkpoint_id
+        LIMIT 1
+    ) AS p
+    LEFT JOIN LATERAL (
+        SELECT x.type, x.blob
+        FROM {s}checkpoint_blobs AS x
+        WHERE x.thread_id = %(thread_id)s
+          AND x.checkpoint_ns = %(checkpoint_ns)s
+          AND x.channel = s.ch
+          AND x.version = p.version
+          AND x.type <> 'empty'
+        LIMIT 1
+    ) AS b ON TRUE
     WHERE w.depth > 0 AND w.ordered AND cardinality(w.seeded) > 0
     UNION ALL
     SELECT

@@ -36,14 +36,17 @@ VALUES (
         UNION
         SELECT nb.channel FROM new_blobs AS nb WHERE nb.type <> 'empty'
         UNION
-        SELECT b.channel
+        SELECT p.channel
         FROM unnest(%(probe_channels)s::text[], %(probe_versions)s::text[]) AS p(channel, version)
-        JOIN {s}checkpoint_blobs AS b
-          ON b.thread_id = %(thread_id)s
-         AND b.checkpoint_ns = %(checkpoint_ns)s
-         AND b.channel = p.channel
-         AND b.version = p.version
-        WHERE b.type <> 'empty'
+        WHERE (
+            SELECT TRUE FROM {s}checkpoint_blobs AS b
+            WHERE b.thread_id = %(thread_id)s
+              AND b.checkpoint_ns = %(checkpoint_ns)s
+              AND b.channel = p.channel
+              AND b.version = p.version
+              AND b.type <> 'empty'
+            LIMIT 1
+        ) IS NOT NULL
         ORDER BY 1
     ),
     %(delta_channels)s::text[], %(delta_updates)s::int[], %(delta_supersteps)s::int[]
