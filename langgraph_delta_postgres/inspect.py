@@ -1,0 +1,436 @@
+"""``langgraph-delta-pg inspect``: what an operator wants to know about one thread.
+
+* checkpoints per namespace, and forks (checkpoints with more than one child);
+* per DeltaChannel of the latest checkpoint: updates and supersteps since its last
+  snapshot (the typed ``delta_*`` columns; the metadata's
+  ``counters_since_delta_snapshot`` when those are NULL, as on rows another saver wrote),
+  how many ancestors a load walks to reach its seed, and the writes it replays;
+* the bytes the thread holds in checkpoints, blobs and writes.
+
+Every statement is a block of ``sql/inspect.sql``. The module also holds the small
+connection / error helpers the ``demo`` command shares: failures are reported as one
+line that says what to do, never as a traceback.
+
+Note: this module shadows the standard library's ``inspect`` only as
+``langgraph_delta_postgres.inspect``; nothing in the package imports the stdlib one by a
+bare relative name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import dict_row
+
+from langgraph_delta_postgres import migrate as _migrate
+from langgraph_delta_postgres._sql import Queries
+
+#: Depth guard of the walk query (as the saver's ``max_history_depth``).
+MAX_DEPTH = 1_000_000
+CONNECT_TIMEOUT_S = 10
+
+
+class CliError(Exception):
+    """A failure to report as ``error: <message>`` with exit code ``code``."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# ---------------------------------------------------------------------- connecting
+
+
+def resolve_dsn(args: argparse.Namespace) -> str | None:
+    dsn = getattr(args, "dsn", None) or os.environ.get("DATABASE_URL")
+    return str(dsn) if dsn else None
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text.removeprefix("connection failed: ") or type(e).__name__
+
+
+def explain_connect_error(e: BaseException, *, unreachable_hint: str) -> str:
+    """One line: what went wrong connecting, and what to do about it."""
+    msg = _one_line(e)
+    low = msg.lower()
+    if isinstance(e, psycopg.ProgrammingError) or "invalid dsn" in low or "invalid conn" in low:
+        return (
+            f"the connection string is not valid ({msg}); expected e.g. "
+            "postgresql://user:password@host:5432/dbname"
+        )
+    if "password authentication failed" in low or "no password supplied" in low:
+        return (
+            f"the server rejected the login ({msg}): check the user and password in "
+            "--dsn / DATABASE_URL (or PGPASSWORD, ~/.pgpass)"
+        )
+    if "database" in low and "does not exist" in low:
+        return f"{msg}: create it (createdb NAME) or name an existing database in the DSN"
+    return f"cannot reach Postgres ({msg}): {unreachable_hint}"
+
+
+def connect(dsn: str, *, unreachable_hint: str) -> psycopg.Connection[Any]:
+    """An autocommit connection, or :class:`CliError` with a one-line explanation."""
+    kwargs: dict[str, Any] = {"autocommit": True}
+    try:
+        params = conninfo_to_dict(dsn)
+        if "connect_timeout" not in params and "PGCONNECT_TIMEOUT" not in os.environ:
+            kwargs["connect_timeout"] = CONNECT_TIMEOUT_S
+        return psycopg.connect(dsn, **kwargs)
+    except psycopg.Error as e:
+        raise CliError(explain_connect_error(e, unreachable_hint=unreachable_hint)) from None
+
+
+def db_error(e: psycopg.Error) -> CliError:
+    return CliError(f"database error: {_one_line(e)}")
+
+
+def _qualified(schema: str | None, table: str) -> str:
+    if schema is None:
+        return table
+    return '"' + schema.replace('"', '""') + '".' + table
+
+
+def check_migrated(conn: psycopg.Connection[Any], schema: str | None) -> None:
+    """Raise :class:`CliError` unless the schema has the tables at the current version."""
+    where = f'schema "{schema}"' if schema else "this database (search_path)"
+    q = Queries(schema)
+    try:
+        st = _migrate.status(conn, schema=schema)
+        found = conn.execute(
+            q["inspect.table_exists"], {"name": _qualified(schema, "checkpoints")}
+        ).fetchone()
+    except psycopg.Error as e:
+        raise db_error(e) from None
+    except _migrate.MigrationError as e:
+        raise CliError(str(e)) from None
+    schema_arg = f" --schema {schema}" if schema else ""
+    if st.drifted:
+        raise CliError(
+            f"the migrations applied to {where} differ from this package's files "
+            f"({'; '.join(_migrate.describe_drift(st).split(chr(10))).strip()}): "
+            f"see `langgraph-delta-pg status{schema_arg}`"
+        )
+    if st.pending:
+        names = ", ".join(m.name for m in st.pending)
+        if not found or not found[0]:
+            raise CliError(
+                f"no checkpoint tables in {where}: run `langgraph-delta-pg migrate{schema_arg}` "
+                "first (or pass the --schema that holds them)"
+            )
+        raise CliError(
+            f"{where} is not migrated to this version ({len(st.pending)} pending: {names}): "
+            f"run `langgraph-delta-pg migrate{schema_arg}`"
+        )
+
+
+# ---------------------------------------------------------------------- the report
+
+
+def _delta_counters(latest: dict[str, Any]) -> dict[str, tuple[int, int, str]]:
+    """{channel: (updates, supersteps, source)} of the latest checkpoint."""
+    out: dict[str, tuple[int, int, str]] = {}
+    if latest["delta_channels"] is not None:
+        for ch, u, s in zip(
+            latest["delta_channels"],
+            latest["delta_updates"] or [],
+            latest["delta_supersteps"] or [],
+            strict=False,
+        ):
+            out[ch] = (int(u), int(s), "columns")
+    elif isinstance(latest["counters"], dict):
+        for ch, pair in latest["counters"].items():
+            try:
+                out[ch] = (int(pair[0]), int(pair[1]), "metadata")
+            except (TypeError, ValueError, IndexError):
+                continue
+    # Right after a snapshot LangGraph drops the channel's counters: a channel snapshotted
+    # at the latest checkpoint is a DeltaChannel with nothing since its snapshot.
+    for ch in latest["snapshot_channels"] or []:
+        out.setdefault(ch, (0, 0, "snapshot at latest"))
+    return out
+
+
+def walk_depths(
+    conn: psycopg.Connection[Any],
+    schema: str | None,
+    thread_id: str,
+    channels: list[str],
+    checkpoint_ns: str = "",
+    checkpoint_id: str | None = None,
+) -> list[dict[str, Any]]:
+    """Rows of ``inspect.walk_depth``: per channel, how far a load of the target walks."""
+    if not channels:
+        return []
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(
+            Queries(schema)["inspect.walk_depth"],
+            {
+                "thread_id": thread_id,
+                "checkpoint_ns": checkpoint_ns,
+                "checkpoint_id": checkpoint_id,
+                "channels": channels,
+                "max_depth": MAX_DEPTH,
+            },
+        )
+        return cur.fetchall()
+
+
+def storage_rows(
+    conn: psycopg.Connection[Any], schema: str | None, thread_id: str
+) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(Queries(schema)["inspect.storage"], {"thread_id": thread_id})
+        return cur.fetchall()
+
+
+def thread_bytes(conn: psycopg.Connection[Any], schema: str | None, thread_id: str) -> int:
+    """Stored bytes of a thread in the three tables (see ``inspect.storage``)."""
+    return sum(int(r["bytes"]) for r in storage_rows(conn, schema, thread_id))
+
+
+def _reached(row: dict[str, Any]) -> str:
+    if row["stored_at_target"]:
+        return "stored at the checkpoint"
+    if row["seed_checkpoint_id"]:
+        return "seed"
+    if row["last_parent_id"] is None:
+        return "root"
+    return "broken chain"
+
+
+def thread_report(
+    conn: psycopg.Connection[Any], schema: str | None, thread_id: str, checkpoint_ns: str = ""
+) -> dict[str, Any] | None:
+    """The whole report as a JSON-ready dict; ``None`` for an unknown thread.
+
+    Raises :class:`CliError` when the thread has no checkpoint in ``checkpoint_ns``.
+    """
+    q = Queries(schema)
+    params = {"thread_id": thread_id}
+    with conn.cursor(row_factory=dict_row) as cur:
+        namespaces = cur.execute(q["inspect.namespaces"], params).fetchall()
+        if not namespaces:
+            return None
+        forks = cur.execute(q["inspect.forks"], params).fetchall()
+        latest = cur.execute(
+            q["inspect.latest"], {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
+        ).fetchone()
+    if latest is None:
+        known = ", ".join(repr(n["checkpoint_ns"]) for n in namespaces)
+        raise CliError(
+            f"thread {thread_id!r} has no checkpoint in namespace {checkpoint_ns!r} "
+            f"(its namespaces: {known})"
+        )
+    storage = storage_rows(conn, schema, thread_id)
+    counters = _delta_counters(latest)
+    depth_rows = {
+        r["channel"]: r
+        for r in walk_depths(conn, schema, thread_id, sorted(counters), checkpoint_ns)
+    }
+    channels = []
+    for ch in sorted(counters):
+        updates, supersteps, source = counters[ch]
+        d = depth_rows.get(ch)
+        channels.append(
+            {
+                "channel": ch,
+                "updates_since_snapshot": updates,
+                "supersteps_since_snapshot": supersteps,
+                "counters_from": source,
+                "walk_depth": int(d["depth"]) if d else None,
+                "walk_stops_at": _reached(d) if d else None,
+                "seed_checkpoint_id": d["seed_checkpoint_id"] if d else None,
+                "seed_kind": d["seed_kind"] if d else None,
+                "replay_writes": int(d["replay_writes"]) if d else None,
+                "replay_bytes": int(d["replay_bytes"]) if d else None,
+            }
+        )
+    totals: dict[str, dict[str, int]] = {
+        t: {"rows": 0, "bytes": 0} for t in ("checkpoints", "blobs", "writes")
+    }
+    for r in storage:
+        totals[r["tbl"]]["rows"] += int(r["row_count"])
+        totals[r["tbl"]]["bytes"] += int(r["bytes"])
+    return {
+        "thread_id": thread_id,
+        "schema": schema,
+        "namespaces": [
+            {
+                "checkpoint_ns": n["checkpoint_ns"],
+                "checkpoints": int(n["checkpoints"]),
+                "roots": int(n["roots"]),
+                "first_checkpoint_id": n["first_checkpoint_id"],
+                "latest_checkpoint_id": n["latest_checkpoint_id"],
+                "latest_step": n["latest_step"],
+            }
+            for n in namespaces
+        ],
+        "forks": [
+            {
+                "checkpoint_ns": f["checkpoint_ns"],
+                "checkpoint_id": f["checkpoint_id"],
+                "children": int(f["children"]),
+                "child_ids": list(f["child_ids"]),
+            }
+            for f in forks
+        ],
+        "checkpoint_ns": checkpoint_ns,
+        "latest": {
+            "checkpoint_id": latest["checkpoint_id"],
+            "step": latest["step"],
+            "channels": list(latest["channels"] or []),
+            "stored_channels": (
+                None if latest["stored_channels"] is None else list(latest["stored_channels"])
+            ),
+        },
+        "delta_channels": channels,
+        "bytes": {t: v["bytes"] for t, v in totals.items()},
+        "rows": {t: v["rows"] for t, v in totals.items()},
+        "storage": [
+            {
+                "checkpoint_ns": r["checkpoint_ns"],
+                "table": r["tbl"],
+                "channel": r["channel"],
+                "rows": int(r["row_count"]),
+                "bytes": int(r["bytes"]),
+            }
+            for r in storage
+        ],
+    }
+
+
+# ---------------------------------------------------------------------- rendering
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def render_text(rep: dict[str, Any]) -> str:
+    lines: list[str] = []
+    where = f' in schema "{rep["schema"]}"' if rep["schema"] else ""
+    lines.append(f"thread {rep['thread_id']!r}{where}")
+    lines.append("")
+    lines.append("namespaces")
+    for n in rep["namespaces"]:
+        roots = f", {n['roots']} roots" if n["roots"] != 1 else ""
+        lines.append(
+            f"  {n['checkpoint_ns']!r:<24} {n['checkpoints']:>7} checkpoints{roots}, "
+            f"latest {n['latest_checkpoint_id']} (step {n['latest_step']})"
+        )
+    lines.append("")
+    if rep["forks"]:
+        k = len(rep["forks"])
+        lines.append(f"forks: {k} checkpoint{'s' if k > 1 else ''} with more than one child")
+        for f in rep["forks"][:20]:
+            lines.append(
+                f"  {f['checkpoint_ns']!r:<24} {f['checkpoint_id']}  {f['children']} children"
+            )
+        if len(rep["forks"]) > 20:
+            lines.append(f"  ... {len(rep['forks']) - 20} more (see --json)")
+    else:
+        lines.append("forks: none (a single line of checkpoints)")
+    lines.append("")
+    latest = rep["latest"]
+    lines.append(
+        f"latest checkpoint in {rep['checkpoint_ns']!r}: {latest['checkpoint_id']} "
+        f"(step {latest['step']})"
+    )
+    if rep["delta_channels"]:
+        head = (
+            f"  {'delta channel':<20} {'updates':>8} {'supersteps':>11} {'walk depth':>11}  "
+            f"{'stops at':<26} {'replays':>20}"
+        )
+        lines.append(head)
+        for c in rep["delta_channels"]:
+            stop = c["walk_stops_at"] or "?"
+            if stop == "seed":
+                stop = f"{c['seed_kind']} seed"
+            replay = (
+                f"{c['replay_writes']} writes, {human_bytes(c['replay_bytes'])}"
+                if c["replay_writes"] is not None
+                else "?"
+            )
+            lines.append(
+                f"  {c['channel']:<20} {c['updates_since_snapshot']:>8} "
+                f"{c['supersteps_since_snapshot']:>11} {c['walk_depth']!s:>11}  "
+                f"{stop:<26} {replay:>20}"
+            )
+        sources = {c["counters_from"] for c in rep["delta_channels"]}
+        lines.append(
+            "  (updates / supersteps since the channel's last snapshot, from "
+            + ", ".join(sorted(sources))
+            + "; walk depth: ancestors a load visits to reach its seed)"
+        )
+    else:
+        lines.append("  no DeltaChannel: every value is stored in the checkpoints themselves")
+    lines.append("")
+    lines.append("stored bytes (after TOAST compression; indexes not counted)")
+    by_channel: dict[str, dict[str, int]] = {"blobs": {}, "writes": {}}
+    for r in rep["storage"]:
+        if r["channel"] is not None:
+            d = by_channel[r["table"]]
+            d[r["channel"]] = d.get(r["channel"], 0) + r["bytes"]
+    for t in ("checkpoints", "blobs", "writes"):
+        detail = ""
+        if t in by_channel and by_channel[t]:
+            top = sorted(by_channel[t].items(), key=lambda kv: -kv[1])[:4]
+            detail = "  (" + ", ".join(f"{ch} {human_bytes(b)}" for ch, b in top)
+            detail += ", ...)" if len(by_channel[t]) > 4 else ")"
+        lines.append(
+            f"  {t:<12} {rep['rows'][t]:>8} rows {human_bytes(rep['bytes'][t]):>11}{detail}"
+        )
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- command
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--thread", required=True, metavar="ID", help="the thread_id to inspect")
+    p.add_argument(
+        "--ns", default="", metavar="NS",
+        help="checkpoint namespace for the delta-channel details (default: the root, '')",
+    )
+    p.add_argument("--dsn", help="Postgres connection string (default: $DATABASE_URL)")
+    p.add_argument("--schema", default=None, help="Postgres schema (default: search_path)")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        dsn = resolve_dsn(args)
+        if not dsn:
+            raise CliError("no database: pass --dsn or set DATABASE_URL")
+        with connect(
+            dsn, unreachable_hint="is Postgres running there? check host and port in --dsn"
+        ) as conn:
+            check_migrated(conn, args.schema)
+            try:
+                rep = thread_report(conn, args.schema, args.thread, args.ns)
+            except psycopg.Error as e:
+                raise db_error(e) from None
+    except CliError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.code
+    if rep is None:
+        where = f' in schema "{args.schema}"' if args.schema else ""
+        print(f"error: no thread {args.thread!r}{where}: it has no checkpoints", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(rep, indent=2, sort_keys=True))
+    else:
+        print(render_text(rep))
+    return 0
