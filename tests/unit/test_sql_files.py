@@ -1,0 +1,108 @@
+"""The SQL files: every block is used by the package, every name the package uses
+exists, every file has a header, and every block renders for any schema."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from psycopg import sql
+
+import langgraph_delta_postgres
+from langgraph_delta_postgres._sql import Queries, data_dir, raw_blocks, render, sql_files
+
+PACKAGE = Path(langgraph_delta_postgres.__file__).parent
+SQL_DIR = Path(str(data_dir("sql")))
+# dotted string literals in the package that are documentation, not query keys
+NOT_KEYS = {"file.block"}
+
+
+def all_keys() -> dict[str, str]:
+    """``{"file.block" (or "file" for a one-statement file): SQL text}``."""
+    keys = {}
+    for f in sql_files():
+        stem = f.removesuffix(".sql")
+        blocks = raw_blocks(f)
+        if list(blocks) == [stem] and "-- name:" not in (SQL_DIR / f).read_text():
+            keys[stem] = blocks[stem]
+        else:
+            for name, text in blocks.items():
+                keys[f"{stem}.{name}"] = text
+    return keys
+
+
+def referenced() -> set[str]:
+    """String literals of the package source that name a query."""
+    stems = {f.removesuffix(".sql") for f in sql_files()}
+    single = {k for k in all_keys() if "." not in k}  # one-statement files
+    found = set()
+    for py in PACKAGE.glob("*.py"):
+        for lit in re.findall(r"""["']([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)?)["']""",
+                              py.read_text(encoding="utf-8")):
+            if "." in lit and lit not in NOT_KEYS:
+                if lit.split(".")[0] in stems or not lit.endswith((".py", ".sql")):
+                    found.add(lit)
+            elif lit in single:
+                found.add(lit)
+    return found
+
+
+def test_sql_files_exist() -> None:
+    assert sql_files(), "no sql/*.sql files"
+    assert set(sql_files()) >= {"checkpoints.sql", "delta_history.sql", "maintenance.sql",
+                                "migrate.sql", "write.sql"}
+
+
+def test_every_block_is_used() -> None:
+    unused = sorted(set(all_keys()) - referenced())
+    assert unused == [], f"SQL blocks no package code references: {unused}"
+
+
+def test_every_referenced_name_exists() -> None:
+    refs = {r for r in referenced() if r.split(".")[0] in {f[:-4] for f in sql_files()}}
+    missing = sorted(refs - set(all_keys()))
+    assert missing == [], f"package code references SQL blocks that don't exist: {missing}"
+    # dotted literals that name no SQL file at all are typos of a file name
+    stems = {f[:-4] for f in sql_files()}
+    strays = sorted(r for r in referenced() if "." in r and r.split(".")[0] not in stems)
+    assert strays == [], f"query keys naming no sql file: {strays}"
+
+
+@pytest.mark.parametrize("filename", sql_files())
+def test_file_has_header_comment(filename: str) -> None:
+    lines = (SQL_DIR / filename).read_text(encoding="utf-8").splitlines()
+    assert lines and lines[0].startswith("-- "), f"{filename}: no header comment"
+    stem = filename.removesuffix(".sql")
+    assert lines[0].startswith(f"-- {stem}"), f"{filename}: header should name the file"
+
+
+@pytest.mark.parametrize("filename", sql_files())
+def test_blocks_are_nonempty_and_use_named_parameters(filename: str) -> None:
+    for name, text in raw_blocks(filename).items():
+        assert text.strip(), f"{filename}:{name} is empty"
+        assert not re.search(r"%s(?!\w)", text.replace("%%", "")), (
+            f"{filename}:{name} uses a positional %s parameter"
+        )
+        assert not re.search(r";\s*\S", text), f"{filename}:{name} holds several statements"
+
+
+@pytest.mark.parametrize("schema", [None, "lg", "Odd \"Schema\" name"])
+def test_every_block_renders(schema: str | None) -> None:
+    q = Queries(schema)
+    for key in all_keys():
+        rendered = q[key].as_string(None)
+        assert "{s}" not in rendered and "{schema}" not in rendered, key
+        if schema is not None and "{s}" in all_keys()[key]:
+            assert sql.Identifier(schema).as_string(None) + "." in rendered, key
+        if schema is None:
+            assert '"lg"' not in rendered
+
+
+@pytest.mark.parametrize("schema", [None, "lg"])
+def test_every_migration_renders(schema: str | None) -> None:
+    for f in sorted(Path(str(data_dir("migrations"))).glob("*.sql")):
+        rendered = render(f.read_text(encoding="utf-8"), schema).as_string(None)
+        assert "{s}" not in rendered
+        if schema:
+            assert '"lg".checkpoint' in rendered, f.name
