@@ -167,11 +167,17 @@ def run(args: argparse.Namespace) -> int:
 
     scale_name = getattr(args, "scale", None) or ("quick" if args.quick else "full")
     scale = _scales()[scale_name]
+    import psycopg
+
     try:
         results = _run(args, scale)
     except EmbeddedPostgresUnavailable as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except psycopg.OperationalError as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
+        print(f"error: the database failed during the run: {msg}", file=sys.stderr)
+        return 1
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=1, default=str) + "\n")

@@ -20,6 +20,7 @@ from .common import (
     summary,
     thread_payload_bytes,
 )
+from .micro import count_call
 from .proxy import LatencyProxy
 
 
@@ -151,15 +152,10 @@ def run_workload(
             if s.kind == "inmemory":
                 continue
             prepare, call = _resume_fn(workload, savers.count[s.kind], s, threads[s.key])
-            c = savers.counters[s.kind]
-            call(prepare())
-            g = prepare()
-            n0, c0 = c.n, savers.meter.counts()
-            call(g)
-            time.sleep(0.005)
-            d = savers.meter.counts() - c0
-            counts[s.key] = {"statements": c.n - n0, "round_trips": d.round_trips,
-                             "bytes_to_client": d.down_bytes}
+            graphs_ = [prepare() for _ in range(4)]
+            counts[s.key] = count_call(
+                savers.counters[s.kind], savers.meter, lambda g=graphs_, c=call: c(g.pop())
+            )
         point["resume_counts"] = counts
         out["points"].append(point)
         log(_point_line(workload, point))

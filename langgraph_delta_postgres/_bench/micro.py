@@ -67,17 +67,31 @@ def _cfg(thread_id: str, checkpoint_id: str | None) -> dict[str, Any]:
 
 def _counts(net: Net, which: str, call: Callable[[], Any]) -> dict[str, int]:
     counter = net.ours_counter if which == "ours" else net.official_counter
-    call()  # warm: prepared statements, caches
-    n0, c0 = counter.n, net.meter.counts()
+    return count_call(counter, net.meter, call)
+
+
+def count_call(counter: StatementCounter, meter: LatencyProxy, call: Callable[[], Any]
+               ) -> dict[str, int]:
+    """Statements, round trips and bytes of one call, steady state: the smallest of
+    three calls after a warm-up (a call that crosses psycopg's ``prepare_threshold``
+    pays one extra round trip to prepare, once)."""
     call()
-    time.sleep(0.005)  # let the proxy's reader threads account for the last chunk
-    d = net.meter.counts() - c0
-    return {
-        "statements": counter.n - n0,
-        "round_trips": d.round_trips,
-        "bytes_to_client": d.down_bytes,
-        "bytes_to_server": d.up_bytes,
-    }
+    best: dict[str, int] | None = None
+    for _ in range(3):
+        n0, c0 = counter.n, meter.counts()
+        call()
+        time.sleep(0.005)  # let the proxy's reader threads account for the last chunk
+        d = meter.counts() - c0
+        got = {
+            "statements": counter.n - n0,
+            "round_trips": d.round_trips,
+            "bytes_to_client": d.down_bytes,
+            "bytes_to_server": d.up_bytes,
+        }
+        if best is None or got["round_trips"] < best["round_trips"]:
+            best = got
+    assert best is not None
+    return best
 
 
 def measure_history(

@@ -1,0 +1,126 @@
+"""The benchmark command: its quick path end to end on a small scale, and the proxy."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("langgraph.checkpoint.postgres")
+pytest.importorskip("matplotlib")
+
+from langgraph_delta_postgres import bench  # noqa: E402
+from langgraph_delta_postgres._bench.proxy import LatencyProxy  # noqa: E402
+from tests.plugins.postgres import PgServer  # noqa: E402
+
+
+def _args(**kw: object) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    bench.add_arguments(p)
+    ns = p.parse_args([])
+    for k, v in kw.items():
+        setattr(ns, k, v)
+    return ns
+
+
+def test_quick_path_json_and_report(pg_server: PgServer, tmp_path: Path) -> None:
+    out_json = tmp_path / "bench.json"
+    args = _args(dsn=pg_server.admin_dsn, quick=True, scale="tiny",
+                 json=str(out_json), out=str(tmp_path / "report"))
+    assert bench.run(args) == 0
+    res = json.loads(out_json.read_text())
+    assert {"command", "machine", "select1_rtt", "workloads", "micro", "headline"} <= set(res)
+    assert res["machine"]["postgres"]["server_version"]
+    # both savers on the same workloads
+    for wl in res["workloads"].values():
+        keys = set(wl["savers"])
+        assert any(k.startswith("ours@") for k in keys)
+        assert any(k.startswith("official@") for k in keys)
+        for point in wl["points"]:
+            assert point["states_equal"]
+            for k in keys:
+                assert point["savers"][k]["invoke"]["n"] > 0
+                assert k in point["resume"]["0"]
+            assert point["savers"]["ours_full"]["storage_bytes"] > 0
+    # history micro-benchmarks: both savers, every RTT, same answers
+    micro = res["micro"]
+    cases = [*micro["headline"].values(), *micro["depth"], *micro["channels"],
+             micro["forks"], micro["official_written"]]
+    for m in cases:
+        assert m["results_equal"]
+        assert m["counts"]["ours"]["statements"] == 1
+        assert m["counts"]["official"]["statements"] >= 2
+        for rtt in ("0", "2"):
+            r = m["rtt"][rtt]
+            assert r["ours"]["n"] > 0 and r["official"]["n"] > 0
+            assert r["ratio_official_ours"]["median"] > 0
+    for key in ("history_a", "history_b"):
+        assert res["headline"][key]["official_over_ours@0ms"] > 0
+    md = (tmp_path / "report" / "benchmarks.md").read_text()
+    assert res["command"] in md
+    assert list((tmp_path / "report" / "img").glob("*.png"))
+    # the scratch database is gone
+    with pg_server.admin() as conn:
+        left = conn.execute(
+            "SELECT count(*) FROM pg_database WHERE datname LIKE 'lgdp_bench_%'"
+        ).fetchone()
+    assert left is not None and left[0] == 0
+
+
+def test_missing_dependencies_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(bench, "_missing_deps", lambda: ["matplotlib"])
+    assert bench.run(_args()) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'langgraph-delta-postgres[bench]'" in err
+    assert "Traceback" not in err
+
+
+def _echo_server() -> tuple[socket.socket, threading.Thread]:
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            while data := conn.recv(4096):
+                conn.sendall(data)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return srv, t
+
+
+@pytest.mark.parametrize("rtt_ms", [0.0, 2.0, 10.0])
+def test_proxy_adds_the_configured_delay(rtt_ms: float) -> None:
+    srv, t = _echo_server()
+    try:
+        with LatencyProxy(srv.getsockname(), rtt_ms) as proxy:
+            with socket.create_connection(("127.0.0.1", proxy.port)) as c:
+                c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                times = []
+                for i in range(15):
+                    msg = f"ping {i}".encode()
+                    t0 = time.perf_counter()
+                    c.sendall(msg)
+                    got = b""
+                    while len(got) < len(msg):
+                        got += c.recv(4096)
+                    times.append((time.perf_counter() - t0) * 1000)
+                    assert got == msg
+            counts = proxy.counts()
+    finally:
+        srv.close()
+    med = statistics.median(times)
+    assert min(times) >= rtt_ms * 0.95
+    assert med < rtt_ms + 5  # generous: a loaded CI machine
+    assert counts.round_trips == 15
+    assert counts.up_bytes == counts.down_bytes > 0
