@@ -15,7 +15,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
-from langgraph.types import Overwrite
+from langgraph.types import Interrupt, Overwrite
 from psycopg.rows import dict_row
 
 
@@ -24,6 +24,8 @@ def canon(v: Any) -> Any:
     (``True`` != ``1``, ``_DeltaSnapshot([x])`` != ``[x]``, ``Overwrite`` kept apart)."""
     if isinstance(v, _DeltaSnapshot):
         return ("_DeltaSnapshot", canon(v.value))
+    if isinstance(v, Interrupt):  # its id derives from the checkpoint id: not compared
+        return ("Interrupt", canon(v.value))
     if isinstance(v, Overwrite):
         return ("Overwrite", canon(v.value))
     if isinstance(v, bool):

@@ -1,0 +1,91 @@
+"""A small driver that runs the same graph script on a sync or async checkpointer and
+records what a user observes (state values, next nodes, interrupts, history), so the
+records of our saver and of InMemorySaver can be compared."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import StateGraph
+from langgraph.types import StateSnapshot
+
+from tests.graph._util import canon
+
+
+def append_reducer(state: Sequence[Any], writes: Sequence[Any]) -> list[Any]:
+    """Order-sensitive, batching-invariant DeltaChannel reducer."""
+    out = list(state)
+    for w in writes:
+        out.extend(w if isinstance(w, list) else [w])
+    return out
+
+
+def observe_snapshot(snap: Any) -> Any:
+    tasks = []
+    for t in snap.tasks:
+        sub = observe_snapshot(t.state) if isinstance(t.state, StateSnapshot) else None
+        tasks.append((t.name, tuple(canon(i.value) for i in t.interrupts), sub))
+    md = snap.metadata or {}
+    return (
+        canon(snap.values),
+        tuple(snap.next),
+        tuple(tasks),
+        md.get("step"),
+        md.get("source"),
+    )
+
+
+class Driver:
+    """Runs graph calls sync or async; every observation goes to ``self.log``."""
+
+    def __init__(self, builder: StateGraph, saver: BaseCheckpointSaver[Any], is_async: bool):
+        self.saver = saver
+        self.is_async = is_async
+        self.graph = builder.compile(checkpointer=saver)
+        self.log: list[Any] = []
+
+    def recompile(self, builder: StateGraph) -> None:
+        self.graph = builder.compile(checkpointer=self.saver)
+
+    async def _call(self, sync: Callable[[], Any], aio: Callable[[], Awaitable[Any]]) -> Any:
+        return await aio() if self.is_async else sync()
+
+    async def invoke(self, inp: Any, config: dict[str, Any], **kw: Any) -> Any:
+        out = await self._call(
+            lambda: self.graph.invoke(inp, config, **kw),
+            lambda: self.graph.ainvoke(inp, config, **kw),
+        )
+        self.log.append(("invoke", canon(out)))
+        return out
+
+    async def state(self, config: dict[str, Any], subgraphs: bool = False) -> Any:
+        snap = await self._call(
+            lambda: self.graph.get_state(config, subgraphs=subgraphs),
+            lambda: self.graph.aget_state(config, subgraphs=subgraphs),
+        )
+        self.log.append(("state", observe_snapshot(snap)))
+        return snap
+
+    async def history(self, config: dict[str, Any], **kw: Any) -> list[Any]:
+        if self.is_async:
+            snaps = [s async for s in self.graph.aget_state_history(config, **kw)]
+        else:
+            snaps = list(self.graph.get_state_history(config, **kw))
+        self.log.append(("history", [observe_snapshot(s) for s in snaps]))
+        return snaps
+
+    async def update(self, config: dict[str, Any], values: Any, as_node: str | None = None) -> Any:
+        new = await self._call(
+            lambda: self.graph.update_state(config, values, as_node=as_node),
+            lambda: self.graph.aupdate_state(config, values, as_node=as_node),
+        )
+        self.log.append(("update",))
+        return new
+
+
+def assert_logs_equal(ours: list[Any], reference: list[Any]) -> None:
+    assert len(ours) == len(reference)
+    for i, (a, b) in enumerate(zip(ours, reference, strict=True)):
+        assert a == b, f"observation {i} ({b[0]}) differs from InMemorySaver:\n{a}\n!=\n{b}"
