@@ -308,9 +308,16 @@ class SaverCore(BaseCheckpointSaver[str]):
         stored["channel_values"] = inline
         versions = checkpoint["channel_versions"]
         dumps = self.serde.dumps_typed
-        blob_rows = [(k, str(ver), *dumps(blob_values[k])) for k, ver in new_versions.items()
-                     if k in blob_values]
-        probe = [(k, str(versions[k])) for k in blob_values if k in versions]
+        blob_rows = [
+            (k, str(ver), *dumps(blob_values[k]))
+            for k, ver in new_versions.items()
+            if k in blob_values
+        ]
+        # Whether a blob is stored for the other versioned channels (a value carried over
+        # from an earlier checkpoint, a snapshot older than this step) is the database's
+        # to say: the statement probes them by primary key.
+        known = {k for k, v in inline.items() if v is not None} | {b[0] for b in blob_rows}
+        probe = [(k, str(v)) for k, v in versions.items() if k not in known]
         md = get_serializable_checkpoint_metadata(config, metadata)
         counters = md.get("counters_since_delta_snapshot")
         delta: tuple[list[str] | None, list[int] | None, list[int] | None] = (None, None, None)

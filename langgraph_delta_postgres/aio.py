@@ -138,9 +138,12 @@ class AsyncDeltaPostgresSaver(SaverCore):
     async def setup(self) -> None:
         """Apply pending migrations (safe to call from many processes at once)."""
         async with self._connection() as conn:
-            if self.pipe is not None:
-                await self.pipe.sync()
-            await _migrate.amigrate(conn, schema=self.schema)
+            if self.pipe is None and conn.pgconn.pipeline_status == 0:
+                await _migrate.amigrate(conn, schema=self.schema)
+                return
+            conninfo = _migrate.conninfo_of(conn)
+        async with await AsyncConnection.connect(conninfo, autocommit=True) as own:
+            await _migrate.amigrate(own, schema=self.schema)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await self._run(self._op_get_tuple(config))
@@ -253,6 +256,15 @@ class AsyncDeltaPostgresSaver(SaverCore):
 
     def delete_thread(self, thread_id: str) -> None:
         self._from_thread(self.adelete_thread(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._from_thread(self.adelete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._from_thread(self.acopy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._from_thread(self.aprune(thread_ids, strategy=strategy))
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]

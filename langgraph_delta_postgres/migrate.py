@@ -7,8 +7,8 @@
   has the line ``-- migrate: no-transaction`` (for ``CREATE INDEX CONCURRENTLY``); such a
   file runs statement by statement and is written so that re-running it is harmless.
 * One session-level advisory lock is held around the whole run, so any number of
-  processes may call ``setup()`` at once: the first applies, the others wait and find
-  nothing left to do.
+  processes may call ``setup()`` at once: the first applies, the others wait (polling
+  ``pg_try_advisory_lock``, see LOCK_POLL_SECONDS) and find nothing left to do.
 * An applied file whose text changed, or that disappeared, is drift: the runner refuses
   to continue (nothing is applied) and ``status`` reports it.
 
@@ -17,6 +17,7 @@ The runner is a generator of steps shared by :func:`migrate` and :func:`amigrate
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 import time
@@ -27,6 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from psycopg import AsyncConnection, Connection, sql
+from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
 from ._sql import Queries, data_dir, render
@@ -34,6 +36,9 @@ from ._sql import Queries, data_dir, render
 FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 NO_TRANSACTION = re.compile(r"^--\s*migrate:\s*no-transaction\s*$", re.MULTILINE)
 LEDGER = "langgraph_delta_migrations"
+# Waiting inside pg_advisory_lock() would keep a statement (and its snapshot) open, which
+# CREATE INDEX CONCURRENTLY in another session waits for: a deadlock. So waiters poll.
+LOCK_POLL_SECONDS = 0.05
 
 
 class MigrationError(RuntimeError):
@@ -177,6 +182,10 @@ def _plan(schema: str | None, migrations: list[Migration]) -> _Plan:
     return applied
 
 
+def _locked(row: dict[str, Any] | None) -> bool:
+    return bool(row and row["locked"])
+
+
 def _check_idle(conn: Connection[Any] | AsyncConnection[Any]) -> None:
     if conn.info.transaction_status != 0:  # pq.TransactionStatus.IDLE
         raise MigrationError(
@@ -195,13 +204,14 @@ def migrate(conn: Connection[Any], *, schema: str | None = None) -> list[Migrati
     conn.autocommit = True
     try:
         with conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(q["migrate.lock"], key)
+            while not _locked(cur.execute(q["migrate.try_lock"], key, prepare=False).fetchone()):
+                time.sleep(LOCK_POLL_SECONDS)
             try:
                 plan = _plan(schema, migrations)
                 try:
                     stmt, params, fetch = next(plan)
                     while True:
-                        cur.execute(stmt, params)
+                        cur.execute(stmt, params, prepare=False)
                         rows = cur.fetchall() if fetch else []
                         stmt, params, fetch = plan.send(rows)
                 except StopIteration as stop:
@@ -211,7 +221,7 @@ def migrate(conn: Connection[Any], *, schema: str | None = None) -> list[Migrati
                         conn.rollback()
                     raise
             finally:
-                cur.execute(q["migrate.unlock"], key)
+                cur.execute(q["migrate.unlock"], key, prepare=False)
     finally:
         conn.autocommit = was_autocommit
 
@@ -226,13 +236,16 @@ async def amigrate(conn: AsyncConnection[Any], *, schema: str | None = None) -> 
     await conn.set_autocommit(True)
     try:
         async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(q["migrate.lock"], key)
+            while not _locked(
+                await (await cur.execute(q["migrate.try_lock"], key, prepare=False)).fetchone()
+            ):
+                await asyncio.sleep(LOCK_POLL_SECONDS)
             try:
                 plan = _plan(schema, migrations)
                 try:
                     stmt, params, fetch = next(plan)
                     while True:
-                        await cur.execute(stmt, params)
+                        await cur.execute(stmt, params, prepare=False)
                         rows = await cur.fetchall() if fetch else []
                         stmt, params, fetch = plan.send(rows)
                 except StopIteration as stop:
@@ -242,9 +255,16 @@ async def amigrate(conn: AsyncConnection[Any], *, schema: str | None = None) -> 
                         await conn.rollback()
                     raise
             finally:
-                await cur.execute(q["migrate.unlock"], key)
+                await cur.execute(q["migrate.unlock"], key, prepare=False)
     finally:
         await conn.set_autocommit(was_autocommit)
+
+
+def conninfo_of(conn: Connection[Any] | AsyncConnection[Any]) -> str:
+    """The connection string of ``conn``, password included, to open a second connection
+    (migrations can't run on a connection in pipeline mode: several statements per
+    file, and CREATE INDEX CONCURRENTLY outside any transaction)."""
+    return make_conninfo(conn.info.dsn, password=conn.info.password or None)
 
 
 def status(conn: Connection[Any], *, schema: str | None = None) -> Status:

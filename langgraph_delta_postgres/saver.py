@@ -138,9 +138,12 @@ class DeltaPostgresSaver(SaverCore):
     def setup(self) -> None:
         """Apply pending migrations (safe to call from many processes at once)."""
         with self._connection() as conn:
-            if self.pipe is not None:
-                self.pipe.sync()
-            _migrate.migrate(conn, schema=self.schema)
+            if self.pipe is None and conn.pgconn.pipeline_status == 0:
+                _migrate.migrate(conn, schema=self.schema)
+                return
+            conninfo = _migrate.conninfo_of(conn)
+        with Connection.connect(conninfo, autocommit=True) as own:
+            _migrate.migrate(own, schema=self.schema)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return self._run(self._op_get_tuple(config))

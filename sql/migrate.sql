@@ -1,9 +1,11 @@
 -- migrate: the migration runner's own statements (see langgraph_delta_postgres/migrate.py).
 
--- name: lock
--- Session-level advisory lock around a whole run: concurrent setup() calls queue here,
--- and the later ones find every migration applied. Parameter: key bigint.
-SELECT pg_advisory_lock(%(key)s)
+-- name: try_lock
+-- Session-level advisory lock around a whole run: concurrent setup() calls poll it (a
+-- waiter blocked in pg_advisory_lock would hold a snapshot that CREATE INDEX CONCURRENTLY
+-- waits for), and the later ones find every migration applied. Parameter: key bigint.
+-- Result column: locked (bool).
+SELECT pg_try_advisory_lock(%(key)s) AS locked
 
 -- name: unlock
 SELECT pg_advisory_unlock(%(key)s)
