@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 import psycopg
+from psycopg.rows import dict_row
 
 from langgraph_delta_postgres import _embedded
 from langgraph_delta_postgres._sql import Queries
@@ -151,17 +152,23 @@ class Variant:
     run_seconds: float = 0.0
     bytes: int = 0
     checkpoints: int = 0
-    resume_ms: float = 0.0
+    resume_latest_ms: float = 0.0
+    resume_deep_ms: float = 0.0
+    deep_checkpoint_id: str | None = None
     statements: int = 0
     depths: dict[str, int] = field(default_factory=dict)
     samples: list[tuple[int, int, float]] = field(default_factory=list)  # turn, bytes, ms
 
-    @property
-    def config(self) -> dict[str, Any]:
-        return {"configurable": {"thread_id": self.thread_id}}
+    def config(self, checkpoint_id: str | None = None) -> dict[str, Any]:
+        conf: dict[str, Any] = {"thread_id": self.thread_id}
+        if checkpoint_id:
+            conf["checkpoint_id"] = checkpoint_id
+        return {"configurable": conf}
 
 
-def resume_ms(saver: Any, variant: Variant, repeats: int) -> float:
+def resume_ms(
+    saver: Any, variant: Variant, repeats: int, checkpoint_id: str | None = None
+) -> float:
     """Median wall time of ``get_state`` on a freshly compiled graph, in ms."""
     from langgraph_delta_postgres._workloads import build_graph
 
@@ -169,9 +176,15 @@ def resume_ms(saver: Any, variant: Variant, repeats: int) -> float:
     for _ in range(repeats):
         graph = build_graph(WORKLOAD, saver, delta=variant.delta)
         t0 = time.perf_counter()
-        graph.get_state(variant.config)
+        graph.get_state(variant.config(checkpoint_id))
         times.append((time.perf_counter() - t0) * 1000)
     return statistics.median(times)
+
+
+def _one(conn: psycopg.Connection[Any], schema: str, block: str, **params: Any) -> Any:
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(Queries(schema)[f"inspect.{block}"], params)
+        return cur.fetchall()
 
 
 def run_session(
@@ -181,7 +194,9 @@ def run_session(
     *,
     sample: bool,
     progress: ProgressBar,
-) -> list[Variant]:
+) -> tuple[list[Variant], int | None]:
+    """Run both threads, then measure; returns the variants and the step of the
+    "deepest" checkpoint both are also measured at."""
     from langgraph_delta_postgres._workloads import build_graph, user_input
     from langgraph_delta_postgres.saver import DeltaPostgresSaver
 
@@ -193,14 +208,14 @@ def run_session(
         Variant("delta", "DeltaChannel", True, "demo-delta"),
         Variant("full", "full snapshot", False, "demo-full"),
     ]
-    step = max(1, turns // 10)
-    sample_at = set(range(step, turns + 1, step)) | {turns}
+    every = max(1, turns // 10)
+    sample_at = set(range(every, turns + 1, every)) | {turns}
     for i, v in enumerate(variants):
         graph = build_graph(WORKLOAD, saver, delta=v.delta)
         for t in range(turns):
             progress.update(i * turns + t, f"{v.label} turn {t + 1}/{turns}")
             t0 = time.perf_counter()
-            graph.invoke(user_input(WORKLOAD, t), v.config)
+            graph.invoke(user_input(WORKLOAD, t), v.config())
             v.run_seconds += time.perf_counter() - t0
             if sample and t + 1 in sample_at:
                 v.samples.append(
@@ -210,19 +225,36 @@ def run_session(
                         resume_ms(saver, v, SAMPLE_REPEATS),
                     )
                 )
-        progress.update((i + 1) * turns, f"{v.label} measuring")
+    progress.update(2 * turns, "measuring")
+    # The latest checkpoint may itself hold a snapshot (with the default frequency of 100,
+    # 200 turns end on one), so both threads are also measured at the checkpoint whose
+    # load walks furthest in the delta thread, and at the same step of the full thread.
+    deep = _one(conn, schema, "deepest", thread_id=variants[0].thread_id, checkpoint_ns="")
+    deep_step = deep[0]["step"] if deep and deep[0]["supersteps"] is not None else None
+    for v in variants:
         v.bytes = thread_bytes(conn, schema, v.thread_id)
-        v.checkpoints = len(list(saver.list(v.config)))
-        v.resume_ms = resume_ms(saver, v, RESUME_REPEATS)
+        v.checkpoints = sum(
+            int(r["checkpoints"])
+            for r in _one(conn, schema, "namespaces", thread_id=v.thread_id)
+        )
+        if deep_step is not None:
+            at = _one(
+                conn, schema, "at_step", thread_id=v.thread_id, checkpoint_ns="", step=deep_step
+            )
+            v.deep_checkpoint_id = at[0]["checkpoint_id"] if at else None
+        v.resume_latest_ms = resume_ms(saver, v, RESUME_REPEATS)
+        v.resume_deep_ms = resume_ms(saver, v, RESUME_REPEATS, v.deep_checkpoint_id)
         fresh = build_graph(WORKLOAD, saver, delta=v.delta)
         counter[0] = 0
-        fresh.get_state(v.config)
+        fresh.get_state(v.config(v.deep_checkpoint_id))
         v.statements = counter[0]
         v.depths = {
             r["channel"]: int(r["depth"])
-            for r in walk_depths(conn, schema, v.thread_id, FIELDS)
+            for r in walk_depths(
+                conn, schema, v.thread_id, FIELDS, checkpoint_id=v.deep_checkpoint_id
+            )
         }
-    return variants
+    return variants, deep_step
 
 
 # ---------------------------------------------------------------------- output
@@ -232,22 +264,40 @@ def _ratio(a: float, b: float) -> str:
     return f"{a / b:.1f}x" if b else "-"
 
 
-def render_table(variants: list[Variant], turns: int, where: str) -> str:
+def render_table(
+    variants: list[Variant], turns: int, where: str, deep_step: int | None
+) -> str:
     from langgraph_delta_postgres._workloads import WORKLOADS
 
     d, f = variants
+    at = "deepest" if deep_step is not None else "latest"
     rows: list[tuple[str, str, str, str]] = [
         ("", d.label, f.label, "full / delta"),
         ("stored bytes", human_bytes(d.bytes), human_bytes(f.bytes), _ratio(f.bytes, d.bytes)),
         (
-            "resume (get_state)",
-            f"{d.resume_ms:.1f} ms",
-            f"{f.resume_ms:.1f} ms",
-            _ratio(f.resume_ms, d.resume_ms),
+            "resume, latest",
+            f"{d.resume_latest_ms:.1f} ms",
+            f"{f.resume_latest_ms:.1f} ms",
+            _ratio(f.resume_latest_ms, d.resume_latest_ms),
         ),
-        ("statements per load", str(d.statements), str(f.statements), ""),
-        ("depth walked", str(max(d.depths.values(), default=0)),
-         str(max(f.depths.values(), default=0)), ""),
+    ]
+    if deep_step is not None:
+        rows.append(
+            (
+                "resume, deepest",
+                f"{d.resume_deep_ms:.1f} ms",
+                f"{f.resume_deep_ms:.1f} ms",
+                _ratio(f.resume_deep_ms, d.resume_deep_ms),
+            )
+        )
+    rows += [
+        (f"statements per load ({at})", str(d.statements), str(f.statements), ""),
+        (
+            f"depth walked ({at})",
+            str(max(d.depths.values(), default=0)),
+            str(max(f.depths.values(), default=0)),
+            "",
+        ),
         ("checkpoints", str(d.checkpoints), str(f.checkpoints), ""),
         (
             "run time",
@@ -262,16 +312,25 @@ def render_table(variants: list[Variant], turns: int, where: str) -> str:
         "",
     ]
     for name, a, b, r in rows:
-        out.append(f"  {name:<22}{a:>16}{b:>16}{r:>14}")
+        out.append(f"  {name:<30}{a:>14}{b:>15}{r:>14}")
     per_channel = ", ".join(f"{ch} {n}" for ch, n in sorted(d.depths.items()))
     out += [
         "",
         "stored bytes: per-thread sum of pg_column_size over checkpoints, checkpoint_blobs",
         "  and checkpoint_writes (as stored, after TOAST compression; indexes not counted)",
-        f"resume: median of {RESUME_REPEATS} get_state calls, each on a freshly compiled graph;",
-        "  statements: executes counted at the psycopg cursor during one get_state",
-        "depth walked: ancestors the history query visits from the latest checkpoint to each",
-        f"  channel's seed ({per_channel or 'none'}); 0: the checkpoint stores the values",
+        f"resume: median of {RESUME_REPEATS} get_state calls, each on a freshly compiled graph,",
+    ]
+    if deep_step is None:
+        out.append("  at the latest checkpoint")
+    else:
+        out += [
+            f"  at the latest checkpoint and at the deepest one (step {deep_step}): the most",
+            "  supersteps since a snapshot, where a load walks furthest",
+        ]
+    out += [
+        "statements: executes counted at the psycopg cursor during one get_state",
+        "depth walked: ancestors the history query visits to reach each channel's seed",
+        f"  ({per_channel or 'none'}); 0: the checkpoint stores the values itself",
     ]
     return "\n".join(out)
 
@@ -376,7 +435,8 @@ def _demo(args: argparse.Namespace) -> int:
         )
     schema = f"lgdp_demo_{uuid.uuid4().hex[:10]}"
     progress = ProgressBar(2 * args.turns)
-    progress.update(0, "starting Postgres" if embedded else "connecting")
+    if progress.tty:  # a log gets its first line once the session runs
+        progress.update(0, "starting Postgres" if embedded else "connecting")
     with contextlib.ExitStack() as stack:
         if dsn is None:
             dsn = stack.enter_context(_embedded_server())
@@ -390,7 +450,7 @@ def _demo(args: argparse.Namespace) -> int:
             with connect(dsn, unreachable_hint=hint) as conn:
                 version = conn.execute(Queries(schema)["inspect.server_version"]).fetchone()
                 created = True
-                variants = run_session(
+                variants, deep_step = run_session(
                     conn, schema, args.turns, sample=plotter is not None, progress=progress
                 )
         except psycopg.Error as e:
@@ -400,7 +460,7 @@ def _demo(args: argparse.Namespace) -> int:
             if created and not embedded and not args.keep:
                 _drop_schema(dsn, schema, sys.stderr)
         where = where.format(version=version[0] if version else "?")
-        print(render_table(variants, args.turns, where))
+        print(render_table(variants, args.turns, where, deep_step))
         if not embedded:
             if args.keep:
                 print(

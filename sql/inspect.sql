@@ -309,3 +309,38 @@ DROP SCHEMA IF EXISTS {schema} CASCADE
 -- name: server_version
 -- Result column: version text.
 SELECT current_setting('server_version') AS version
+
+-- name: deepest
+-- The checkpoint of a thread whose load walks furthest: the most supersteps since a
+-- DeltaChannel snapshot (delta_supersteps, or the metadata counters on rows without the
+-- typed columns), newest first on ties. No DeltaChannel: the latest. Used by the demo to
+-- show the worst case next to the latest checkpoint, which may itself be a snapshot.
+-- Parameters: thread_id, checkpoint_ns. Result columns: checkpoint_id text, step bigint,
+--   supersteps int (NULL: no counters).
+-- Index: checkpoints_pkey prefix (thread_id, checkpoint_ns).
+SELECT
+    c.checkpoint_id AS checkpoint_id,
+    (c.metadata ->> 'step')::bigint AS step,
+    coalesce(
+        (SELECT max(x) FROM unnest(c.delta_supersteps) AS x),
+        (SELECT max((v.value ->> 1)::int)
+         FROM jsonb_each(c.metadata -> 'counters_since_delta_snapshot') AS v
+         WHERE jsonb_typeof(c.metadata -> 'counters_since_delta_snapshot') = 'object')
+    ) AS supersteps
+FROM {s}checkpoints AS c
+WHERE c.thread_id = %(thread_id)s
+  AND c.checkpoint_ns = %(checkpoint_ns)s
+ORDER BY 3 DESC NULLS LAST, c.checkpoint_id DESC
+LIMIT 1
+
+-- name: at_step
+-- The newest checkpoint of a thread at metadata step %(step)s (the demo compares the two
+-- threads at the same point of the same session). Parameters: thread_id, checkpoint_ns,
+-- step. Result column: checkpoint_id text.
+SELECT c.checkpoint_id AS checkpoint_id
+FROM {s}checkpoints AS c
+WHERE c.thread_id = %(thread_id)s
+  AND c.checkpoint_ns = %(checkpoint_ns)s
+  AND (c.metadata ->> 'step')::bigint = %(step)s
+ORDER BY c.checkpoint_id DESC
+LIMIT 1
