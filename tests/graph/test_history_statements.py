@@ -4,6 +4,7 @@ ordering, and bad data that fails fast instead of hanging."""
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import tempfile
 import time
@@ -153,11 +154,14 @@ def _non_c_database(pg_server: PgServer) -> str:
             return pg_server.create_db(template="template0", ENCODING="'UTF8'", **opts)
         except psycopg.Error as e:
             errors.append(f"{opts}: {e}")
-    pytest.fail(
+    why = (
         "this Postgres server has no non-C collation to test with (no ICU, no en_US "
-        "locale); generate one, e.g. `localedef -i en_US -f UTF-8 en_US.UTF-8`, and "
-        "restart the server.\n" + "\n".join(errors)
+        "locale); generate one, e.g. `localedef -i en_US -f UTF-8 en_US.UTF-8` (.ci/run "
+        "does), and restart the server.\n" + "\n".join(errors)
     )
+    if os.environ.get("CI"):
+        pytest.fail(why)  # CI provisions the locale: never skipped there
+    pytest.skip(why)
 
 
 @pytest.fixture
