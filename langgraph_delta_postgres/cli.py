@@ -3,60 +3,66 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
 
 from . import migrate as _migrate
+from ._cliutil import CliError, connect, db_error, resolve_dsn
+
+NO_DSN = "no database: pass --dsn or set DATABASE_URL"
 
 
-def _dsn(args: argparse.Namespace) -> str:
-    dsn = args.dsn or os.environ.get("DATABASE_URL")
-    if not dsn:
-        raise SystemExit("error: no database: pass --dsn or set DATABASE_URL")
-    return str(dsn)
-
-
-def _connect(dsn: str):  # type: ignore[no-untyped-def]
-    import psycopg
-
+def _with_conn(args: argparse.Namespace, body: Callable[[psycopg.Connection[Any]], int]) -> int:
+    dsn = resolve_dsn(args)
     try:
-        return psycopg.connect(dsn, autocommit=True)
-    except psycopg.OperationalError as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
-        raise SystemExit(f"error: cannot connect to the database: {msg}") from None
+        if not dsn:
+            raise CliError(NO_DSN)
+        with connect(dsn, unreachable_hint="is the server running, and the DSN right?") as conn:
+            return body(conn)
+    except _migrate.MigrationError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except psycopg.Error as e:
+        err = db_error(e)
+        print(f"error: {err}", file=sys.stderr)
+        return err.code
+    except CliError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.code
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    with _connect(_dsn(args)) as conn:
-        try:
-            applied = _migrate.migrate(conn, schema=args.schema)
-        except _migrate.MigrationError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-    if applied:
+    def body(conn: psycopg.Connection[Any]) -> int:
+        applied = _migrate.migrate(conn, schema=args.schema)
         for m in applied:
             print(f"applied {m.name}")
-    else:
-        print("up to date: no pending migrations")
-    return 0
+        if not applied:
+            print("up to date: no pending migrations")
+        return 0
+
+    return _with_conn(args, body)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    with _connect(_dsn(args)) as conn:
+    def body(conn: psycopg.Connection[Any]) -> int:
         st = _migrate.status(conn, schema=args.schema)
-    drifted = {a.version for a, _ in st.drifted}
-    for a in st.applied:
-        mark = "DRIFT  " if a.version in drifted else "applied"
-        when = a.applied_at.isoformat(timespec="seconds") if a.applied_at else "?"
-        print(f"{mark} {a.name:<40} sha256:{a.checksum[:12]}  {when}  {a.duration_ms} ms")
-    for m in st.pending:
-        print(f"pending {m.name:<40} sha256:{m.checksum[:12]}")
-    if st.drifted:
-        print("\ndrift:\n" + _migrate.describe_drift(st), file=sys.stderr)
-        return 1
-    print(f"\n{len(st.applied)} applied, {len(st.pending)} pending")
-    return 0
+        drifted = {a.version for a, _ in st.drifted}
+        for a in st.applied:
+            mark = "DRIFT  " if a.version in drifted else "applied"
+            when = a.applied_at.isoformat(timespec="seconds") if a.applied_at else "?"
+            print(f"{mark} {a.name:<40} sha256:{a.checksum[:12]}  {when}  {a.duration_ms} ms")
+        for m in st.pending:
+            print(f"pending {m.name:<40} sha256:{m.checksum[:12]}")
+        if st.drifted:
+            print("\ndrift:\n" + _migrate.describe_drift(st), file=sys.stderr)
+            return 1
+        print(f"\n{len(st.applied)} applied, {len(st.pending)} pending")
+        return 0
+
+    return _with_conn(args, body)
 
 
 def build_parser() -> argparse.ArgumentParser:

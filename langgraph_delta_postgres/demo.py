@@ -43,16 +43,9 @@ import psycopg
 from psycopg.rows import dict_row
 
 from langgraph_delta_postgres import _embedded
+from langgraph_delta_postgres._cliutil import CliError, connect, db_error, resolve_dsn
 from langgraph_delta_postgres._sql import Queries
-from langgraph_delta_postgres.inspect import (
-    CliError,
-    connect,
-    db_error,
-    human_bytes,
-    resolve_dsn,
-    thread_bytes,
-    walk_depths,
-)
+from langgraph_delta_postgres.inspect import human_bytes, thread_bytes, walk_depths
 
 WORKLOAD = "coding_b"
 #: The workload's state fields (both DeltaChannel in the delta variant).
