@@ -174,9 +174,9 @@ def resume_ms(
     return statistics.median(times)
 
 
-def _one(conn: psycopg.Connection[Any], schema: str, block: str, **params: Any) -> Any:
+def _one(conn: psycopg.Connection[Any], schema: str, key: str, **params: Any) -> Any:
     with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(Queries(schema)[f"inspect.{block}"], params)
+        cur.execute(Queries(schema)[key], params)
         return cur.fetchall()
 
 
@@ -222,17 +222,17 @@ def run_session(
     # The latest checkpoint may itself hold a snapshot (with the default frequency of 100,
     # 200 turns end on one), so both threads are also measured at the checkpoint whose
     # load walks furthest in the delta thread, and at the same step of the full thread.
-    deep = _one(conn, schema, "deepest", thread_id=variants[0].thread_id, checkpoint_ns="")
+    deep = _one(conn, schema, "inspect.deepest", thread_id=variants[0].thread_id, checkpoint_ns="")
     deep_step = deep[0]["step"] if deep and deep[0]["supersteps"] is not None else None
     for v in variants:
         v.bytes = thread_bytes(conn, schema, v.thread_id)
         v.checkpoints = sum(
             int(r["checkpoints"])
-            for r in _one(conn, schema, "namespaces", thread_id=v.thread_id)
+            for r in _one(conn, schema, "inspect.namespaces", thread_id=v.thread_id)
         )
         if deep_step is not None:
             at = _one(
-                conn, schema, "at_step", thread_id=v.thread_id, checkpoint_ns="", step=deep_step
+                conn, schema, "inspect.at_step", thread_id=v.thread_id, checkpoint_ns="", step=deep_step
             )
             v.deep_checkpoint_id = at[0]["checkpoint_id"] if at else None
         v.resume_latest_ms = resume_ms(saver, v, RESUME_REPEATS)
