@@ -51,6 +51,9 @@
 --   step" (1.85 s for 2,000 ancestors); the fenced form is one primary-key lookup per
 --   step whatever the statistics say (python scripts/explain_history.py --depth 2000).
 --
+-- EXPLAIN (ANALYZE, BUFFERS) on a 2,000-deep thread, with the command that produced it:
+--   docs/history-query.md (python scripts/explain_history.py --depth 2000 --channels 2).
+--
 -- Indexes
 --   target       checkpoints_pkey (thread_id, checkpoint_ns, checkpoint_id): equality,
 --                or a backward range scan LIMIT 1 for the latest.
