@@ -269,7 +269,8 @@ def markdown(res: dict[str, Any], img_rel: str, images: list[Path]) -> str:
         if ratios:
             L += ["", "Resume official/ours, pair by pair, at the largest turn count: "
                   + "; ".join(
-                      f"snapshot_frequency={k.split(':')[1]}: " + ", ".join(
+                      f"snapshot_frequency={k.split(':')[1].replace('None', 'default')}: "
+                      + ", ".join(
                           f"{_x(last['resume'][r].get(k, {}))} at {r} ms" for r in rtts)
                       for k, _ in ratios) + "."]
         if not all(p["states_equal"] for p in w["points"]):
