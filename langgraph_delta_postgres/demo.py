@@ -232,7 +232,12 @@ def run_session(
         )
         if deep_step is not None:
             at = _one(
-                conn, schema, "inspect.at_step", thread_id=v.thread_id, checkpoint_ns="", step=deep_step
+                conn,
+                schema,
+                "inspect.at_step",
+                thread_id=v.thread_id,
+                checkpoint_ns="",
+                step=deep_step,
             )
             v.deep_checkpoint_id = at[0]["checkpoint_id"] if at else None
         v.resume_latest_ms = resume_ms(saver, v, RESUME_REPEATS)
