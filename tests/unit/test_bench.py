@@ -10,14 +10,13 @@ import threading
 import time
 from pathlib import Path
 
+import langgraph.checkpoint.postgres  # noqa: F401  the test extra installs the bench deps:
+import matplotlib  # noqa: F401  a missing one is an error, never a skip
 import pytest
 
-pytest.importorskip("langgraph.checkpoint.postgres")
-pytest.importorskip("matplotlib")
-
-from langgraph_delta_postgres import bench  # noqa: E402
-from langgraph_delta_postgres._bench.proxy import LatencyProxy  # noqa: E402
-from tests.plugins.postgres import PgServer  # noqa: E402
+from langgraph_delta_postgres import bench
+from langgraph_delta_postgres._bench.proxy import LatencyProxy
+from tests.plugins.postgres import PgServer
 
 
 def _args(**kw: object) -> argparse.Namespace:
