@@ -21,7 +21,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
 
 from . import migrate as _migrate
-from ._core import Op, SaverCore, T, check_delta_args
+from ._core import Op, SaverCore, T, check_delta_args, connect_kwargs
 
 SyncConn = Connection[Any] | ConnectionPool[Any]
 
@@ -86,9 +86,10 @@ class DeltaPostgresSaver(SaverCore):
         """A saver on a new connection (or a pool of ``pool_size``), closed on exit.
 
         ``prepare_threshold=None`` disables server-side prepared statements, as PgBouncer
-        and other poolers in transaction mode require.
+        and other poolers in transaction mode require. Otherwise the connections plan
+        prepared statements generically (see :func:`._core.connect_kwargs`).
         """
-        kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": prepare_threshold}
+        kwargs = connect_kwargs(conn_string, prepare_threshold)
         if pool_size is not None:
             if pipeline:
                 raise ValueError("pipeline mode needs a single connection: drop pool_size")

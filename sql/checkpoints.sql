@@ -100,3 +100,9 @@ ORDER BY c.checkpoint_id DESC
 
 -- name: order_newest_limit
 ORDER BY c.checkpoint_id DESC LIMIT %(limit)s
+
+-- name: order_latest
+-- get_tuple without a checkpoint_id. A literal LIMIT, not a parameter: with LIMIT $n the
+-- planner never trusts a generic plan, and re-planned this statement on every call
+-- (about 0.4 ms of a 0.8 ms get_tuple).
+ORDER BY c.checkpoint_id DESC LIMIT 1

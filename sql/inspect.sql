@@ -233,12 +233,18 @@ walk AS (
     CROSS JOIN LATERAL (
         SELECT ARRAY(SELECT ch FROM unnest(w.active) AS ch WHERE ch <> ALL (w.seeded)) AS active
     ) AS n
-    JOIN {s}checkpoints AS p
-      ON p.thread_id = %(thread_id)s
-     AND p.checkpoint_ns = %(checkpoint_ns)s
-     AND p.checkpoint_id = w.parent_checkpoint_id
-     AND p.checkpoint_id < w.checkpoint_id
+    CROSS JOIN LATERAL (
+        -- LIMIT 1: a primary-key lookup per step whatever the statistics (as in
+        -- delta_history.sql)
+        SELECT p.checkpoint_id, p.parent_checkpoint_id, p.stored_channels, p.checkpoint
+        FROM {s}checkpoints AS p
+        WHERE p.thread_id = %(thread_id)s
+          AND p.checkpoint_ns = %(checkpoint_ns)s
+          AND p.checkpoint_id = w.parent_checkpoint_id
+        LIMIT 1
+    ) AS p
     WHERE w.depth < %(max_depth)s
+      AND p.checkpoint_id < w.checkpoint_id
       AND cardinality(n.active) > 0
 ),
 per_channel AS (
