@@ -79,6 +79,8 @@ def next_version(current: str | int | float | None) -> str:
 #: statement, put and get_tuple on every call for threads whose id is rare in the
 #: statistics (measured: 0 generic / 34 custom plans over 40 invokes; ~0.3-1 ms a call).
 GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
+#: from_conn_string's default prepare_threshold (psycopg's own default).
+DEFAULT_PREPARE_THRESHOLD = 5
 
 
 def connect_kwargs(conn_string: str, prepare_threshold: int | None) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -97,8 +98,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _terminate(signum: int, frame: object) -> None:
+    # SIGTERM ends the command like Ctrl-C does: through the finally blocks that stop
+    # an embedded Postgres and remove its directory.
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -21,7 +21,14 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
 
 from . import migrate as _migrate
-from ._core import Op, SaverCore, T, check_delta_args, connect_kwargs
+from ._core import (
+    DEFAULT_PREPARE_THRESHOLD,
+    Op,
+    SaverCore,
+    T,
+    check_delta_args,
+    connect_kwargs,
+)
 
 SyncConn = Connection[Any] | ConnectionPool[Any]
 
@@ -79,7 +86,7 @@ class DeltaPostgresSaver(SaverCore):
         *,
         pipeline: bool = False,
         pool_size: int | None = None,
-        prepare_threshold: int | None = 5,
+        prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
         schema: str | None = None,
         serde: SerializerProtocol | None = None,
     ) -> Iterator[DeltaPostgresSaver]:

@@ -16,6 +16,8 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from langgraph_delta_postgres._core import DEFAULT_PREPARE_THRESHOLD, connect_kwargs
+
 TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 
 
@@ -45,8 +47,9 @@ class StatementCounter:
 
 
 def connect_ours(dsn: str) -> psycopg.Connection[Any]:
-    """A connection as ``DeltaPostgresSaver.from_conn_string`` opens it."""
-    return psycopg.connect(dsn, autocommit=True)
+    """A connection as ``DeltaPostgresSaver.from_conn_string`` opens it (default
+    ``prepare_threshold``, generic plans)."""
+    return psycopg.connect(dsn, **connect_kwargs(dsn, DEFAULT_PREPARE_THRESHOLD))
 
 
 def connect_official(dsn: str) -> psycopg.Connection[Any]:
