@@ -73,12 +73,16 @@ def next_version(current: str | int | float | None) -> str:
     return f"{n + 1:032}.{random.random():016}"
 
 
-#: Startup option of the connections ``from_conn_string`` opens. Every statement of this
+#: Startup options of the connections ``from_conn_string`` opens. Every statement of this
 #: package is primary-key lookups behind optimization fences, so one generic plan serves
-#: all parameter values; with the default plan_cache_mode, Postgres re-planned the history
-#: statement, put and get_tuple on every call for threads whose id is rare in the
-#: statistics (measured: 0 generic / 34 custom plans over 40 invokes; ~0.3-1 ms a call).
-GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
+#: all parameter values:
+#: * plan_cache_mode=force_generic_plan: with the default, Postgres re-planned the history
+#:   statement, put and get_tuple on every call for threads whose id is rare in the
+#:   statistics (measured: 0 generic / 34 custom plans over 40 invokes; ~0.3-1 ms a call);
+#: * enable_seqscan=off: a plan is cached when the connection first runs the statement,
+#:   often while the tables are still tiny, where a sequential scan looks cheapest; cached,
+#:   it would scan a whole table per step once the tables grow.
+GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off"
 #: from_conn_string's default prepare_threshold (psycopg's own default).
 DEFAULT_PREPARE_THRESHOLD = 5
 

@@ -39,6 +39,9 @@ LEDGER = "langgraph_delta_migrations"
 # Waiting inside pg_advisory_lock() would keep a statement (and its snapshot) open, which
 # CREATE INDEX CONCURRENTLY in another session waits for: a deadlock. So waiters poll.
 LOCK_POLL_SECONDS = 0.05
+# Migrations run with the server's planner defaults, whatever the connection's startup
+# options say (see _core.GENERIC_PLANS); the session's own values are restored after.
+PLANNER_DEFAULTS = {"enable_seqscan": "on", "plan_cache_mode": "auto"}
 
 
 class MigrationError(RuntimeError):
@@ -206,6 +209,8 @@ def migrate(conn: Connection[Any], *, schema: str | None = None) -> list[Migrati
         with conn.cursor(row_factory=dict_row) as cur:
             while not _locked(cur.execute(q["migrate.try_lock"], key, prepare=False).fetchone()):
                 time.sleep(LOCK_POLL_SECONDS)
+            saved = cur.execute(q["migrate.planner_settings"], prepare=False).fetchone()
+            cur.execute(q["migrate.set_planner_settings"], PLANNER_DEFAULTS, prepare=False)
             try:
                 plan = _plan(schema, migrations)
                 try:
@@ -221,6 +226,7 @@ def migrate(conn: Connection[Any], *, schema: str | None = None) -> list[Migrati
                         conn.rollback()
                     raise
             finally:
+                cur.execute(q["migrate.set_planner_settings"], saved, prepare=False)
                 cur.execute(q["migrate.unlock"], key, prepare=False)
     finally:
         conn.autocommit = was_autocommit
@@ -240,6 +246,10 @@ async def amigrate(conn: AsyncConnection[Any], *, schema: str | None = None) -> 
                 await (await cur.execute(q["migrate.try_lock"], key, prepare=False)).fetchone()
             ):
                 await asyncio.sleep(LOCK_POLL_SECONDS)
+            saved = await (
+                await cur.execute(q["migrate.planner_settings"], prepare=False)
+            ).fetchone()
+            await cur.execute(q["migrate.set_planner_settings"], PLANNER_DEFAULTS, prepare=False)
             try:
                 plan = _plan(schema, migrations)
                 try:
@@ -255,6 +265,7 @@ async def amigrate(conn: AsyncConnection[Any], *, schema: str | None = None) -> 
                         await conn.rollback()
                     raise
             finally:
+                await cur.execute(q["migrate.set_planner_settings"], saved, prepare=False)
                 await cur.execute(q["migrate.unlock"], key, prepare=False)
     finally:
         await conn.set_autocommit(was_autocommit)

@@ -6,8 +6,9 @@
 -- this migration only fills in whatever an older official schema lacked (task_path).
 --
 -- The official saver's own ledger, checkpoint_migrations, is created and marked
--- up to date (its versions 0-9 describe exactly this schema plus the indexes of 0002),
--- so that running the official saver's setup() against our database is a no-op.
+-- up to date (its versions 0-9 describe this schema plus three per-thread indexes, which
+-- 0002 deliberately leaves out), so that running the official saver's setup() against
+-- our database is a no-op.
 
 CREATE TABLE IF NOT EXISTS {s}checkpoint_migrations (
     v INTEGER PRIMARY KEY

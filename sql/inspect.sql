@@ -2,8 +2,8 @@
 -- summary table of `langgraph-delta-pg demo`. Nothing here is on the saver's hot path.
 --
 -- Every block filters on thread_id first, so each one uses checkpoints_pkey /
--- checkpoint_blobs_pkey / checkpoint_writes_pkey prefixes (or the *_thread_id_idx of
--- migration 0002) and touches only the rows of one thread.
+-- checkpoint_blobs_pkey / checkpoint_writes_pkey prefixes and touches only the rows of
+-- one thread.
 --
 -- Byte counts are pg_column_size of the payload columns: the bytes as stored, after
 -- TOAST compression (for an out-of-line value, the compressed size of the value, not the

@@ -4,7 +4,7 @@
 
 -- name: delete_threads
 -- delete_thread and prune(strategy="delete"). Parameter: thread_ids text[].
--- Indexes: the *_thread_id_idx of migration 0002.
+-- Indexes: the primary keys, whose leading column is thread_id.
 WITH w AS (
     DELETE FROM {s}checkpoint_writes WHERE thread_id = ANY (%(thread_ids)s::text[])
 ), b AS (

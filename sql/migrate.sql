@@ -36,3 +36,15 @@ ORDER BY version
 -- name: insert_ledger
 INSERT INTO {s}langgraph_delta_migrations (version, name, checksum, duration_ms)
 VALUES (%(version)s, %(name)s, %(checksum)s, %(duration_ms)s)
+
+-- name: planner_settings
+-- The session's planner settings the runner overrides (a saver connection from
+-- from_conn_string plans generically with seq scans disabled; migrations such as a
+-- backfill want the server's defaults). Result columns: enable_seqscan, plan_cache_mode.
+SELECT current_setting('enable_seqscan') AS enable_seqscan,
+       current_setting('plan_cache_mode') AS plan_cache_mode
+
+-- name: set_planner_settings
+-- Parameters: enable_seqscan, plan_cache_mode (text). Session level, restored afterwards.
+SELECT set_config('enable_seqscan', %(enable_seqscan)s, false) AS enable_seqscan,
+       set_config('plan_cache_mode', %(plan_cache_mode)s, false) AS plan_cache_mode

@@ -540,8 +540,7 @@ async def test_schema_keeps_everything_out_of_public(
         idx = {r[0] for r in conn.execute(
             "SELECT indexname FROM pg_indexes WHERE schemaname = %s", (SCHEMA,)
         )}
-        assert {"checkpoints_thread_id_idx", "checkpoint_blobs_thread_id_idx",
-                "checkpoint_writes_thread_id_idx"} <= idx
+        assert {"checkpoints_pkey", "checkpoint_blobs_pkey", "checkpoint_writes_pkey"} <= idx
         assert table_counts(empty_dsn, schema=SCHEMA)["checkpoints"] == 3
 
 
