@@ -7,6 +7,7 @@ from typing import Any
 
 import psycopg
 from langgraph.checkpoint.base import empty_checkpoint
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
@@ -59,3 +60,37 @@ def test_statements_are_not_replanned(dsn: str) -> None:
         ).fetchall()
         assert rows, "nothing was prepared"
         assert all(custom == 0 and generic >= 1 for generic, custom in rows), rows
+
+
+def test_plan_cached_on_tiny_tables_stays_a_key_lookup(dsn: str) -> None:
+    """The history statement is prepared while the thread is tiny; after the thread grows,
+    its cached plan must still be one primary-key lookup per step (no seq scan, no
+    thread-only index: those made a walk cost the square of its depth)."""
+    with DeltaPostgresSaver.from_conn_string(dsn, prepare_threshold=0) as saver:
+        assert isinstance(saver.conn, psycopg.Connection)
+        idx = {r[0] for r in saver.conn.execute("SELECT indexname FROM pg_indexes")}
+        assert not any(i.endswith("_thread_id_idx") for i in idx), idx
+        cfg: Any = {"configurable": {"thread_id": "grow", "checkpoint_ns": ""}}
+        for step in range(300):
+            cp = empty_checkpoint()
+            cp["channel_versions"] = {"ch": saver.get_next_version(None, None)}
+            cfg = saver.put(cfg, cp, {"source": "loop", "step": step}, {})
+            saver.put_writes(cfg, [("ch", step)], f"task-{step}")
+            if step == 2:  # prepared (and its plan cached) while the tables hold 3 rows
+                saver.get_delta_channel_history(config=cfg, channels=["ch"])
+        got = saver.get_delta_channel_history(config=cfg, channels=["ch"])
+        assert [w[2] for w in got["ch"]["writes"]] == list(range(299))
+        row = saver.conn.execute(
+            "SELECT name FROM pg_prepared_statements WHERE statement LIKE 'WITH RECURSIVE%'"
+        ).fetchone()
+        assert row is not None
+        plan = "\n".join(
+            r[0]
+            for r in saver.conn.execute(
+                sql.SQL("EXPLAIN EXECUTE {}('grow', '', {}, ARRAY['ch'], 1000000)").format(
+                    sql.Identifier(row[0]), sql.Literal(cfg["configurable"]["checkpoint_id"])
+                )
+            )
+        )
+        assert "Seq Scan" not in plan and "thread_id_idx" not in plan, plan
+        assert "checkpoints_pkey" in plan and "checkpoint_writes_pkey" in plan, plan
