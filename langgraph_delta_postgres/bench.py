@@ -199,9 +199,9 @@ def _log(msg: str) -> None:
 def _run(args: argparse.Namespace, scale: Scale) -> dict[str, Any]:
     import psycopg
 
-    from ._bench.common import freeze_autovacuum, machine_facts, scratch_database
-    from ._bench.graphs import SaverSpec, open_savers, run_workload
-    from ._bench.micro import open_net, run_micro
+    from ._bench.common import freeze_autovacuum, machine_facts, open_savers, scratch_database
+    from ._bench.graphs import SaverSpec, run_workload
+    from ._bench.micro import run_micro
     from ._bench.proxy import LatencyProxy, upstream_of
     from .migrate import migrate
 
@@ -266,7 +266,7 @@ def _run(args: argparse.Namespace, scale: Scale) -> dict[str, Any]:
 
                 _log("history micro-benchmarks")
                 m0 = time.perf_counter()
-                net = open_net(dsn, proxies, meter_proxy)
+                net = open_savers(dsn, proxies, meter_proxy)
                 stack.callback(net.close)
                 res["micro"] = run_micro(dsn, net, scale.micro, _log)
                 res["micro"]["seconds"] = time.perf_counter() - m0

@@ -16,7 +16,10 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from langgraph_delta_postgres import DeltaPostgresSaver
 from langgraph_delta_postgres._core import DEFAULT_PREPARE_THRESHOLD, connect_kwargs
+
+from .proxy import LatencyProxy
 
 TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 
@@ -258,3 +261,41 @@ def machine_facts(conn: psycopg.Connection[Any]) -> dict[str, Any]:
             )
         },
     }
+
+
+@dataclass
+class Savers:
+    """The savers of a run: per RTT label, ours and the official one on their own
+    connections (plus InMemorySaver at "0"); ``count`` holds an instrumented pair behind
+    the 0 ms metering proxy, whose statements ``counters`` count."""
+
+    by_rtt: dict[str, dict[str, Any]]
+    count: dict[str, Any]
+    counters: dict[str, StatementCounter]
+    meter: LatencyProxy
+    conns: list[psycopg.Connection[Any]]
+
+    def close(self) -> None:
+        for c in self.conns:
+            c.close()
+
+
+def open_savers(dsn: str, proxies: dict[str, LatencyProxy | None], meter: LatencyProxy) -> Savers:
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    conns: list[psycopg.Connection[Any]] = []
+    by_rtt: dict[str, dict[str, Any]] = {}
+    for label, proxy in proxies.items():
+        d = proxy.dsn(dsn) if proxy else dsn
+        a, b = connect_ours(d), connect_official(d)
+        conns += [a, b]
+        by_rtt[label] = {"ours": DeltaPostgresSaver(a), "official": PostgresSaver(b)}
+    by_rtt["0"]["inmemory"] = InMemorySaver()
+    a, b = connect_ours(meter.dsn(dsn)), connect_official(meter.dsn(dsn))
+    conns += [a, b]
+    counters = {"ours": StatementCounter(), "official": StatementCounter()}
+    counters["ours"].attach(a)
+    counters["official"].attach(b)
+    count = {"ours": DeltaPostgresSaver(a), "official": PostgresSaver(b)}
+    return Savers(by_rtt, count, counters, meter, conns)

@@ -9,19 +9,15 @@ from typing import Any
 
 import psycopg
 
-from .. import DeltaPostgresSaver
 from .._workloads import build_graph, user_input
 from .common import (
     Interleaved,
-    StatementCounter,
-    connect_official,
-    connect_ours,
+    Savers,
     storage_bytes,
     summary,
     thread_payload_bytes,
 )
 from .micro import count_call
-from .proxy import LatencyProxy
 
 
 @dataclass(frozen=True)
@@ -35,42 +31,6 @@ class SaverSpec:
     def key(self) -> str:
         f = "default" if self.freq is None else str(self.freq)
         return self.label if not self.delta else f"{self.label}@{f}"
-
-
-@dataclass
-class Savers:
-    """One saver object per (kind, RTT label); ``count`` ones sit behind a 0 ms proxy."""
-
-    by_rtt: dict[str, dict[str, Any]]
-    count: dict[str, Any]
-    counters: dict[str, StatementCounter]
-    meter: LatencyProxy
-    conns: list[psycopg.Connection[Any]]
-
-    def close(self) -> None:
-        for c in self.conns:
-            c.close()
-
-
-def open_savers(dsn: str, proxies: dict[str, LatencyProxy | None], meter: LatencyProxy) -> Savers:
-    from langgraph.checkpoint.memory import InMemorySaver
-    from langgraph.checkpoint.postgres import PostgresSaver
-
-    conns: list[psycopg.Connection[Any]] = []
-    by_rtt: dict[str, dict[str, Any]] = {}
-    for label, proxy in proxies.items():
-        d = proxy.dsn(dsn) if proxy else dsn
-        a, b = connect_ours(d), connect_official(d)
-        conns += [a, b]
-        by_rtt[label] = {"ours": DeltaPostgresSaver(a), "official": PostgresSaver(b)}
-    by_rtt["0"]["inmemory"] = InMemorySaver()
-    a, b = connect_ours(meter.dsn(dsn)), connect_official(meter.dsn(dsn))
-    conns += [a, b]
-    counters = {"ours": StatementCounter(), "official": StatementCounter()}
-    counters["ours"].attach(a)
-    counters["official"].attach(b)
-    count = {"ours": DeltaPostgresSaver(a), "official": PostgresSaver(b)}
-    return Savers(by_rtt, count, counters, meter, conns)
 
 
 def _graph(workload: str, saver: Any, spec: SaverSpec) -> Any:
@@ -153,9 +113,10 @@ def run_workload(
                 continue
             prepare, call = _resume_fn(workload, savers.count[s.kind], s, threads[s.key])
             graphs_ = [prepare() for _ in range(4)]
-            counts[s.key] = count_call(
-                savers.counters[s.kind], savers.meter, lambda g=graphs_, c=call: c(g.pop())
-            )
+            def one_call(g: list[Any] = graphs_, c: Callable[[Any], Any] = call) -> Any:
+                return c(g.pop())
+
+            counts[s.key] = count_call(savers.counters[s.kind], savers.meter, one_call)
         point["resume_counts"] = counts
         out["points"].append(point)
         log(_point_line(workload, point))

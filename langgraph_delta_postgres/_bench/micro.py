@@ -9,65 +9,27 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from langchain_core.runnables import RunnableConfig
 from psycopg.rows import dict_row
 
 from .. import DeltaPostgresSaver
 from .._workloads import build_graph, run_turns
-from .common import Interleaved, StatementCounter, connect_official, connect_ours
+from .common import Interleaved, Savers, StatementCounter, connect_official, connect_ours
 from .proxy import LatencyProxy
 from .rows import Branch, copy_threads, write_chain
 
 CHANNELS = ("messages", "files", "notes", "todos")
 
 
-@dataclass
-class Net:
-    """Saver pairs per round-trip setting, plus an instrumented pair behind a 0 ms proxy."""
-
-    ours: dict[str, Any]  # rtt label -> DeltaPostgresSaver
-    official: dict[str, Any]  # rtt label -> PostgresSaver
-    ours_count: Any
-    official_count: Any
-    ours_counter: StatementCounter
-    official_counter: StatementCounter
-    meter: LatencyProxy
-    conns: list[psycopg.Connection[Any]]
-
-    def close(self) -> None:
-        for c in self.conns:
-            c.close()
-
-
-def open_net(dsn: str, proxies: dict[str, LatencyProxy | None], meter: LatencyProxy) -> Net:
-    from langgraph.checkpoint.postgres import PostgresSaver
-
-    conns: list[psycopg.Connection[Any]] = []
-    ours: dict[str, Any] = {}
-    official: dict[str, Any] = {}
-    for label, proxy in proxies.items():
-        d = proxy.dsn(dsn) if proxy else dsn
-        a, b = connect_ours(d), connect_official(d)
-        conns += [a, b]
-        ours[label] = DeltaPostgresSaver(a)
-        official[label] = PostgresSaver(b)
-    a, b = connect_ours(meter.dsn(dsn)), connect_official(meter.dsn(dsn))
-    conns += [a, b]
-    oc, fc = StatementCounter(), StatementCounter()
-    oc.attach(a)
-    fc.attach(b)
-    return Net(ours, official, DeltaPostgresSaver(a), PostgresSaver(b), oc, fc, meter, conns)
-
-
-def _cfg(thread_id: str, checkpoint_id: str | None) -> dict[str, Any]:
+def _cfg(thread_id: str, checkpoint_id: str | None) -> RunnableConfig:
     c: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
     if checkpoint_id:
         c["checkpoint_id"] = checkpoint_id
     return {"configurable": c}
 
 
-def _counts(net: Net, which: str, call: Callable[[], Any]) -> dict[str, int]:
-    counter = net.ours_counter if which == "ours" else net.official_counter
-    return count_call(counter, net.meter, call)
+def _counts(net: Savers, which: str, call: Callable[[], Any]) -> dict[str, int]:
+    return count_call(net.counters[which], net.meter, call)
 
 
 def count_call(counter: StatementCounter, meter: LatencyProxy, call: Callable[[], Any]
@@ -95,7 +57,7 @@ def count_call(counter: StatementCounter, meter: LatencyProxy, call: Callable[[]
 
 
 def measure_history(
-    net: Net,
+    net: Savers,
     thread_id: str,
     checkpoint_id: str | None,
     channels: Sequence[str],
@@ -105,9 +67,9 @@ def measure_history(
     with the floor (deserializing the returned values + one ``SELECT 1``)."""
     cfg = _cfg(thread_id, checkpoint_id)
     chs = list(channels)
-    ours0 = net.ours["0"]
+    ours0 = net.by_rtt["0"]["ours"]
     got_ours = ours0.get_delta_channel_history(config=cfg, channels=chs)
-    got_off = net.official["0"].get_delta_channel_history(config=cfg, channels=chs)
+    got_off = net.by_rtt["0"]["official"].get_delta_channel_history(config=cfg, channels=chs)
     # The raw rows our statement returns, to time their deserialization alone.
     conn = ours0.conn
     with conn.cursor(binary=True, row_factory=dict_row) as cur:
@@ -138,15 +100,15 @@ def measure_history(
         "blobs_returned": len(raw),
         "blob_bytes_returned": sum(len(b) for _, b in raw),
         "counts": {
-            "ours": _counts(net, "ours", lambda: net.ours_count.get_delta_channel_history(
+            "ours": _counts(net, "ours", lambda: net.count["ours"].get_delta_channel_history(
                 config=cfg, channels=chs)),
-            "official": _counts(net, "official", lambda: net.official_count
+            "official": _counts(net, "official", lambda: net.count["official"]
                                 .get_delta_channel_history(config=cfg, channels=chs)),
         },
         "rtt": {},
     }
-    for label in net.ours:
-        o, f = net.ours[label], net.official[label]
+    for label, by_kind in net.by_rtt.items():
+        o, f = by_kind["ours"], by_kind["official"]
         sel = o.conn
 
         def select1(c: psycopg.Connection[Any] = sel) -> None:
@@ -203,7 +165,7 @@ class MicroScale:
 
 def run_micro(
     dsn: str,
-    net: Net,
+    net: Savers,
     scale: MicroScale,
     log: Callable[[str], None],
 ) -> dict[str, Any]:
@@ -236,7 +198,7 @@ def run_micro(
         for key, wl, turns, freq, tid, cid in heads:
             m = measure_history(net, tid, cid, ["messages", "files"], scale.rounds)
             m.update(workload=wl, turns=turns, snapshot_frequency=freq,
-                     checkpoints=sum(1 for _ in writer.list(_cfg(tid, None))))
+                     checkpoints=len(list(writer.list(_cfg(tid, None)))))
             res["headline"][key] = m
             _log_ratio(log, f"headline {key}", m)
 

@@ -31,7 +31,7 @@ def _mb(b: int | None) -> str:
 
 
 def _saver_name(key: str, spec: dict[str, Any]) -> str:
-    base = LABELS.get(spec["label"], spec["label"])
+    base = str(LABELS.get(spec["label"], spec["label"]))
     if spec["delta"] and spec["kind"] != "inmemory":
         f = spec["freq"]
         return f"{base}, snapshot_frequency={'default (100)' if f is None else f}"
