@@ -166,14 +166,14 @@ LIMIT 1
 --   checkpoint_writes_pkey prefix per visited checkpoint.
 WITH RECURSIVE
 target AS (
-    SELECT t.checkpoint_id, t.parent_checkpoint_id, t.stored_channels, t.checkpoint
+    SELECT t.checkpoint_id, t.parent_checkpoint_id
     FROM {s}checkpoints AS t
     WHERE t.thread_id = %(thread_id)s
       AND t.checkpoint_ns = %(checkpoint_ns)s
       AND t.checkpoint_id = %(checkpoint_id)s::text
     UNION ALL
     (
-        SELECT t.checkpoint_id, t.parent_checkpoint_id, t.stored_channels, t.checkpoint
+        SELECT t.checkpoint_id, t.parent_checkpoint_id
         FROM {s}checkpoints AS t
         WHERE t.thread_id = %(thread_id)s
           AND t.checkpoint_ns = %(checkpoint_ns)s
@@ -183,29 +183,15 @@ target AS (
     )
 ),
 walk AS (
-    -- The target: the channels it stores need no walk at all. (The same "stores a value"
-    -- test as the recursive term; SQL offers no way to share it short of a function.)
+    -- Row -1 stands before the target and points at it, so the recursive term's "stores
+    -- a value" test also reads the target itself (depth 0: the channels it stores need
+    -- no walk) and that test is written once.
     SELECT
-        0 AS depth,
-        t.checkpoint_id AS checkpoint_id,
-        t.parent_checkpoint_id AS parent_checkpoint_id,
+        -1 AS depth,
+        NULL::text AS checkpoint_id,
+        t.checkpoint_id AS parent_checkpoint_id,
         %(channels)s::text[] AS active,
-        ARRAY(
-            SELECT ch FROM unnest(%(channels)s::text[]) AS ch
-            WHERE CASE
-                WHEN t.stored_channels IS NOT NULL THEN ch = ANY (t.stored_channels)
-                ELSE jsonb_typeof(t.checkpoint -> 'channel_values' -> ch)
-                         IN ('string', 'number', 'boolean')
-                     OR EXISTS (
-                         SELECT 1 FROM {s}checkpoint_blobs AS b
-                         WHERE b.thread_id = %(thread_id)s
-                           AND b.checkpoint_ns = %(checkpoint_ns)s
-                           AND b.channel = ch
-                           AND b.version = t.checkpoint -> 'channel_versions' ->> ch
-                           AND b.type <> 'empty'
-                     )
-            END
-        ) AS seeded
+        '{{}}'::text[] AS seeded
     FROM target AS t
     UNION ALL
     SELECT
@@ -219,14 +205,15 @@ walk AS (
                 WHEN p.stored_channels IS NOT NULL THEN ch = ANY (p.stored_channels)
                 ELSE jsonb_typeof(p.checkpoint -> 'channel_values' -> ch)
                          IN ('string', 'number', 'boolean')
-                     OR EXISTS (
-                         SELECT 1 FROM {s}checkpoint_blobs AS b
+                     OR (
+                         SELECT TRUE FROM {s}checkpoint_blobs AS b
                          WHERE b.thread_id = %(thread_id)s
                            AND b.checkpoint_ns = %(checkpoint_ns)s
                            AND b.channel = ch
                            AND b.version = p.checkpoint -> 'channel_versions' ->> ch
                            AND b.type <> 'empty'
-                     )
+                         LIMIT 1
+                     ) IS NOT NULL
             END
         ) AS seeded
     FROM walk AS w
@@ -244,7 +231,7 @@ walk AS (
         LIMIT 1
     ) AS p
     WHERE w.depth < %(max_depth)s
-      AND p.checkpoint_id < w.checkpoint_id
+      AND (w.checkpoint_id IS NULL OR p.checkpoint_id < w.checkpoint_id)
       AND cardinality(n.active) > 0
 ),
 per_channel AS (
@@ -258,7 +245,7 @@ per_channel AS (
         (array_agg(w.checkpoint_id) FILTER (WHERE w.depth >= 1 AND ch.channel = ANY (w.seeded)))[1]
             AS seed_checkpoint_id,
         (array_agg(w.parent_checkpoint_id ORDER BY w.depth DESC)
-            FILTER (WHERE ch.channel = ANY (w.active)))[1] AS last_parent_id,
+            FILTER (WHERE w.depth >= 0 AND ch.channel = ANY (w.active)))[1] AS last_parent_id,
         coalesce(sum(wr.n), 0)::bigint AS replay_writes,
         coalesce(sum(wr.bytes), 0)::bigint AS replay_bytes
     FROM unnest(%(channels)s::text[]) WITH ORDINALITY AS ch(channel, ord)
