@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint, empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
@@ -205,16 +206,23 @@ class ThreadGen:
         rng.shuffle(st.writes)  # call order must not matter
 
 
+def _put_args(
+    thread_id: str, st: Step
+) -> tuple[RunnableConfig, Checkpoint, Any, dict[str, Any]]:
+    """The ``put`` arguments of one generated step (shared by the sync and async writers)."""
+    cp = empty_checkpoint()
+    cp["id"] = st.checkpoint_id
+    cp["channel_values"] = dict(st.channel_values)
+    cp["channel_versions"] = dict(st.channel_versions)
+    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": st.ns}
+    if st.parent_id:
+        conf["checkpoint_id"] = st.parent_id
+    return {"configurable": conf}, cp, st.metadata, dict(st.new_versions)
+
+
 def apply_steps(saver: BaseCheckpointSaver[Any], thread_id: str, steps: Sequence[Step]) -> None:
     for st in steps:
-        cp = empty_checkpoint()
-        cp["id"] = st.checkpoint_id
-        cp["channel_values"] = dict(st.channel_values)
-        cp["channel_versions"] = dict(st.channel_versions)
-        conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": st.ns}
-        if st.parent_id:
-            conf["checkpoint_id"] = st.parent_id
-        saved = saver.put({"configurable": conf}, cp, st.metadata, dict(st.new_versions))
+        saved = saver.put(*_put_args(thread_id, st))
         for task_id, path, ws in st.writes:
             saver.put_writes(saved, ws, task_id, path)
 
@@ -223,14 +231,7 @@ async def aapply_steps(
     saver: BaseCheckpointSaver[Any], thread_id: str, steps: Sequence[Step]
 ) -> None:
     for st in steps:
-        cp = empty_checkpoint()
-        cp["id"] = st.checkpoint_id
-        cp["channel_values"] = dict(st.channel_values)
-        cp["channel_versions"] = dict(st.channel_versions)
-        conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": st.ns}
-        if st.parent_id:
-            conf["checkpoint_id"] = st.parent_id
-        saved = await saver.aput({"configurable": conf}, cp, st.metadata, dict(st.new_versions))
+        saved = await saver.aput(*_put_args(thread_id, st))
         for task_id, path, ws in st.writes:
             await saver.aput_writes(saved, ws, task_id, path)
 
