@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -269,9 +269,9 @@ class SaverCore(BaseCheckpointSaver[str]):
     # ------------------------------------------------------------------ history
 
     def _op_delta_history(
-        self, config: RunnableConfig, channels: Sequence[str]
+        self, config: RunnableConfig, wanted: list[str]
     ) -> Op[dict[str, DeltaChannelHistory]]:
-        wanted = list(dict.fromkeys(channels))
+        """``wanted``: distinct channel names, as :func:`wanted_channels` gives them."""
         rows = yield Stmt(
             self.queries["delta_history"],
             {
@@ -494,8 +494,8 @@ class SaverCore(BaseCheckpointSaver[str]):
         return None
 
 
-def check_delta_args(channels: Sequence[str]) -> Literal[True] | None:
-    """Validate ``channels``; None when the answer is ``{}`` with no query."""
+def wanted_channels(channels: Sequence[str]) -> list[str]:
+    """The distinct requested channels, in order (empty: the answer is ``{}``, no query)."""
     if isinstance(channels, str):
         raise TypeError("channels must be a sequence of channel names, not a str")
-    return True if channels else None
+    return list(dict.fromkeys(channels))

@@ -16,7 +16,7 @@ from langgraph.checkpoint.base import (
     DeltaChannelHistory,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline, Capabilities
+from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -26,8 +26,8 @@ from ._core import (
     Op,
     SaverCore,
     T,
-    check_delta_args,
     connect_kwargs,
+    wanted_channels,
 )
 
 AsyncConn = AsyncConnection[Any] | AsyncConnectionPool[Any]
@@ -71,7 +71,6 @@ class AsyncDeltaPostgresSaver(SaverCore):
         self.conn = conn
         self.pipe = pipe
         self.lock = asyncio.Lock()
-        self._has_pipeline = Capabilities().has_pipeline()
         self._init_core(schema)
         try:
             self._bound_loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -123,19 +122,13 @@ class AsyncDeltaPostgresSaver(SaverCore):
             async with self.lock:
                 yield self.conn
 
-    async def _run(self, op: Op[T], *, atomic: bool = False, batch: bool = False) -> T:
+    async def _run(self, op: Op[T], *, atomic: bool = False) -> T:
         if self._bound_loop is None:
             self._bound_loop = asyncio.get_running_loop()
         async with self._connection() as conn:
-            in_pipe = self.pipe is not None or conn.pgconn.pipeline_status != 0
-            pipe_cm = (
-                conn.pipeline()
-                if batch and not in_pipe and self._has_pipeline
-                else nullcontext()
-            )
             tx_cm = conn.transaction() if atomic or not conn.autocommit else nullcontext()
             try:
-                async with pipe_cm, tx_cm, conn.cursor(binary=True, row_factory=dict_row) as cur:
+                async with tx_cm, conn.cursor(binary=True, row_factory=dict_row) as cur:
                     return await adrive(cur, op)
             finally:
                 if self.pipe is not None:
@@ -200,9 +193,9 @@ class AsyncDeltaPostgresSaver(SaverCore):
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        if check_delta_args(channels) is None:
+        if not (wanted := wanted_channels(channels)):
             return {}
-        return await self._run(self._op_delta_history(config, channels))
+        return await self._run(self._op_delta_history(config, wanted))
 
     # Sync methods, for code that calls a checkpointer synchronously from another thread
     # (LangGraph does for get_state on a sync graph API): run on the saver's event loop.

@@ -16,7 +16,7 @@ from langgraph.checkpoint.base import (
     DeltaChannelHistory,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from psycopg import Capabilities, Connection, Cursor, Pipeline
+from psycopg import Connection, Cursor, Pipeline
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
 
@@ -26,8 +26,8 @@ from ._core import (
     Op,
     SaverCore,
     T,
-    check_delta_args,
     connect_kwargs,
+    wanted_channels,
 )
 
 SyncConn = Connection[Any] | ConnectionPool[Any]
@@ -75,7 +75,6 @@ class DeltaPostgresSaver(SaverCore):
         self.conn = conn
         self.pipe = pipe
         self.lock = threading.Lock()
-        self._has_pipeline = Capabilities().has_pipeline()
         self._init_core(schema)
 
     @classmethod
@@ -123,19 +122,13 @@ class DeltaPostgresSaver(SaverCore):
             with self.lock:
                 yield self.conn
 
-    def _run(self, op: Op[T], *, atomic: bool = False, batch: bool = False) -> T:
-        """Run ``op`` on one connection. ``atomic``: several statements that must commit
-        together; ``batch``: statements that need no answer, sent in one pipeline."""
+    def _run(self, op: Op[T], *, atomic: bool = False) -> T:
+        """Run ``op`` on one connection; ``atomic``: several statements that must commit
+        together (every other operation is a single statement)."""
         with self._connection() as conn:
-            in_pipe = self.pipe is not None or conn.pgconn.pipeline_status != 0
-            pipe_cm = (
-                conn.pipeline()
-                if batch and not in_pipe and self._has_pipeline
-                else nullcontext()
-            )
             tx_cm = conn.transaction() if atomic or not conn.autocommit else nullcontext()
             try:
-                with pipe_cm, tx_cm, conn.cursor(binary=True, row_factory=dict_row) as cur:
+                with tx_cm, conn.cursor(binary=True, row_factory=dict_row) as cur:
                     return drive(cur, op)
             finally:
                 if self.pipe is not None:
@@ -199,6 +192,6 @@ class DeltaPostgresSaver(SaverCore):
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        if check_delta_args(channels) is None:
+        if not (wanted := wanted_channels(channels)):
             return {}
-        return self._run(self._op_delta_history(config, channels))
+        return self._run(self._op_delta_history(config, wanted))

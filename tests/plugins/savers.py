@@ -10,7 +10,7 @@ for the ``conn`` kinds, to prove the savers don't rely on either.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,5 +91,3 @@ def sync_factory(request: pytest.FixtureRequest) -> SaverFactory:
 def async_factory(request: pytest.FixtureRequest) -> SaverFactory:
     return SaverFactory(request.param)
 
-
-Make = Callable[..., Any]
