@@ -39,14 +39,17 @@ Row = dict[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class Stmt:
-    """One statement for a driver to execute; ``fetch``: send its rows back."""
+    """One statement for a driver to execute; ``fetch``: send its rows back, as dicts,
+    or as tuples when ``by_position`` (the history statement: thousands of rows, where a
+    dict per row is measurable)."""
 
     query: sql.Composed
     params: Mapping[str, Any]
     fetch: bool = True
+    by_position: bool = False
 
 
-Op = Generator[Stmt, list[Row], T]
+Op = Generator[Stmt, list[Any], T]
 
 
 class HistoryError(RuntimeError):
@@ -281,28 +284,26 @@ class SaverCore(BaseCheckpointSaver[str]):
                 "channels": wanted,
                 "max_depth": self.max_history_depth,
             },
+            by_position=True,
         )
         return self._rows_to_history(wanted, rows)
 
     def _rows_to_history(
-        self, channels: list[str], rows: list[Row]
+        self, channels: list[str], rows: list[tuple[Any, ...]]
     ) -> dict[str, DeltaChannelHistory]:
         """Rows of ``delta_history.sql`` (oldest first, writes already in
         ``writes_sort_key`` order) -> the contract's per-channel entries."""
         loads = self.serde.loads_typed
         result: dict[str, DeltaChannelHistory] = {ch: {"writes": []} for ch in channels}
-        for r in rows:
-            kind = r["kind"]
+        appenders = {ch: entry["writes"].append for ch, entry in result.items()}
+        for kind, channel, task_id, type_, blob, inline, checkpoint_id in rows:
             if kind == "w":
-                result[r["channel"]]["writes"].append(
-                    (r["task_id"], r["channel"], loads((r["type"], r["blob"])))
-                )
+                appenders[channel]((task_id, channel, loads((type_, blob))))
             elif kind == "s":
-                entry = result[r["channel"]]
-                entry["seed"] = loads((r["type"], r["blob"])) if r["type"] else r["inline"]
+                result[channel]["seed"] = loads((type_, blob)) if type_ else inline
             else:
                 raise HistoryError(
-                    f"parent chain of thread checkpoint {r['checkpoint_id']!r} is corrupt: a "
+                    f"parent chain of thread checkpoint {checkpoint_id!r} is corrupt: a "
                     "parent that is not older than its child (a cycle?), or deeper than "
                     f"max_history_depth={self.max_history_depth}"
                 )

@@ -17,7 +17,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline
-from psycopg.rows import DictRow, dict_row
+from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool
 
 from . import migrate as _migrate
@@ -33,11 +33,12 @@ from ._core import (
 AsyncConn = AsyncConnection[Any] | AsyncConnectionPool[Any]
 
 
-async def adrive(cur: AsyncCursor[DictRow], op: Op[T]) -> T:
+async def adrive(cur: AsyncCursor[Any], op: Op[T]) -> T:
     """Async twin of :func:`.saver.drive`: same generator, awaited I/O."""
     try:
         stmt = next(op)
         while True:
+            cur.row_factory = tuple_row if stmt.by_position else dict_row
             await cur.execute(stmt.query, stmt.params)
             rows = await cur.fetchall() if stmt.fetch else []
             stmt = op.send(rows)

@@ -17,7 +17,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg import Connection, Cursor, Pipeline
-from psycopg.rows import DictRow, dict_row
+from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool
 
 from . import migrate as _migrate
@@ -33,11 +33,12 @@ from ._core import (
 SyncConn = Connection[Any] | ConnectionPool[Any]
 
 
-def drive(cur: Cursor[DictRow], op: Op[T]) -> T:
+def drive(cur: Cursor[Any], op: Op[T]) -> T:
     """Run an operation's statements on ``cur``, feeding each one's rows back."""
     try:
         stmt = next(op)
         while True:
+            cur.row_factory = tuple_row if stmt.by_position else dict_row
             cur.execute(stmt.query, stmt.params)
             rows = cur.fetchall() if stmt.fetch else []
             stmt = op.send(rows)

@@ -13,17 +13,18 @@
 --   %(thread_id)s text, %(checkpoint_ns)s text, %(checkpoint_id)s text or NULL,
 --   %(channels)s text[] (non-empty, distinct), %(max_depth)s int (depth guard).
 --
--- Result columns (one row set; every UNION ALL branch aliases every column)
+-- Result columns (one row set, in this order; the driver reads them by position)
 --   kind        's' seed | 'w' write | 'x' walk stopped on bad data (see below)
---   depth       distance from the target (1 = its parent); rows come oldest first
 --   channel     the channel the row belongs to
---   task_id, task_path, idx     the write's key ('w' only)
+--   task_id     the write's task ('w' only)
 --   type, blob  serialized write or seed blob; NULL for an inline seed
 --   inline      the inline primitive seed ('s' without a blob)
 --   checkpoint_id               the checkpoint the row comes from
---   Within one checkpoint, writes come in Python's writes_sort_key order
---   (task_path, task_id, idx) compared with COLLATE "C", i.e. by code point, whatever
---   the database's default collation.
+--   Rows come oldest first (by distance from the target, `depth`, 1 = its parent) and,
+--   within one checkpoint, in Python's writes_sort_key order (task_path, task_id, idx)
+--   compared with COLLATE "C", i.e. by code point, whatever the database's default
+--   collation. depth, task_path and idx order the rows but are not sent: every column
+--   costs the client a conversion per row.
 --
 -- The walk (recursive CTE, UNION ALL)
 --   Row 0 is the target. Each row carries `active`, the channels still walking when it
@@ -141,7 +142,7 @@ walk AS (
       AND w.depth < %(max_depth)s
       AND cardinality(n.active) > 0
 )
-SELECT r.*
+SELECT r.kind, r.channel, r.task_id, r.type, r.blob, r.inline, r.checkpoint_id
 FROM (
     SELECT
         'w'::text AS kind,
