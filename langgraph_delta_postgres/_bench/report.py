@@ -118,8 +118,8 @@ def _targets(res: dict[str, Any]) -> list[str]:
     L = ["", "Targets of the issue (medians of the pair-by-pair ratios above). The last two "
          "columns say what any saver could reach on these rows: *official/bound* is the "
          "official saver's time over the bound (reading the seed blobs by primary key in one "
-         "statement + deserializing the returned values), the highest official/ours possible; "
-         "*bound/floor* is the lowest ours/floor possible.", "",
+         "statement + deserializing the returned values), the highest official/ours any "
+         "such saver could reach; *bound/floor* is the lowest ours/floor possible.", "",
          "| thread | RTT | official/ours | target | met | ours/floor | target | met "
          "| official/bound | bound/floor |",
          "|---|---|---|---|---|---|---|---|---|---|"]
@@ -194,7 +194,8 @@ def markdown(res: dict[str, Any], img_rel: str, images: list[Path]) -> str:
         "means nothing is left to win but the deserialization.",
         "- **Bound** = the same deserialization + one statement that reads only the returned "
         "seed blobs by primary key (decompression and transfer included), on the same "
-        "connection: a time no saver returning these values can beat, whatever its walk.",
+        "connection: a time no saver that reads these values from the database can beat, "
+        "whatever its walk (it leaves out the walk and the transfer of the writes).",
         "- **Statements** are counted at the driver (a counting cursor class); **round trips** "
         "and **bytes** on the wire by the proxy (server answers that follow a client "
         "message; bytes server->client), steady state (after one warm-up call).",
