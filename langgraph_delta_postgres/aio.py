@@ -129,7 +129,7 @@ class AsyncDeltaPostgresSaver(SaverCore):
         async with self._connection() as conn:
             tx_cm = conn.transaction() if atomic or not conn.autocommit else nullcontext()
             try:
-                async with tx_cm, conn.cursor(binary=True, row_factory=dict_row) as cur:
+                async with tx_cm, conn.cursor(binary=True) as cur:  # drive picks the row factory
                     return await adrive(cur, op)
             finally:
                 if self.pipe is not None:

@@ -129,7 +129,7 @@ class DeltaPostgresSaver(SaverCore):
         with self._connection() as conn:
             tx_cm = conn.transaction() if atomic or not conn.autocommit else nullcontext()
             try:
-                with tx_cm, conn.cursor(binary=True, row_factory=dict_row) as cur:
+                with tx_cm, conn.cursor(binary=True) as cur:  # drive picks the row factory
                     return drive(cur, op)
             finally:
                 if self.pipe is not None:
