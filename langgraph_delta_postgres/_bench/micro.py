@@ -85,19 +85,17 @@ def measure_history(
         )
         rows = cur.fetchall()
         raw = [(r["type"], r["blob"]) for r in rows if r["type"] is not None]
-        # The seed blobs' primary keys, for the lower bound below.
-        seed_keys: list[tuple[str, str]] = []
-        for r in rows:
-            if r["kind"] == "s" and r["blob"] is not None:
-                cur.execute(
-                    "SELECT checkpoint -> 'channel_versions' ->> %(ch)s AS v FROM checkpoints "
-                    "WHERE thread_id = %(tid)s AND checkpoint_ns = '' "
-                    "AND checkpoint_id = %(cid)s",
-                    {"ch": r["channel"], "tid": thread_id, "cid": r["checkpoint_id"]},
-                )
-                ver = cur.fetchone()
-                assert ver is not None
-                seed_keys.append((r["channel"], ver["v"]))
+        # The seed blobs' primary keys (channel, version), for the lower bound below.
+        seeded = [(r["channel"], r["checkpoint_id"]) for r in rows
+                  if r["kind"] == "s" and r["blob"] is not None]
+        cur.execute(
+            "SELECT k.channel, c.checkpoint -> 'channel_versions' ->> k.channel AS version "
+            "FROM unnest(%(chs)s::text[], %(cids)s::text[]) AS k(channel, checkpoint_id) "
+            "JOIN checkpoints AS c ON c.thread_id = %(tid)s AND c.checkpoint_ns = '' "
+            "AND c.checkpoint_id = k.checkpoint_id",
+            {"chs": [s[0] for s in seeded], "cids": [s[1] for s in seeded], "tid": thread_id},
+        )
+        seed_keys = [(r["channel"], r["version"]) for r in cur.fetchall()]
     loads = ours0.serde.loads_typed
 
     def deserialize() -> list[Any]:
