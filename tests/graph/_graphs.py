@@ -8,10 +8,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import StateGraph
 from langgraph.types import StateSnapshot
 
 from tests.graph._util import canon
+from tests.plugins.savers import SaverFactory
+
+#: A graph scenario: runs on a saver (async or not) and returns its observation log.
+Scenario = Callable[[BaseCheckpointSaver[Any], bool], Awaitable[list[Any]]]
 
 
 def append_reducer(state: Sequence[Any], writes: Sequence[Any]) -> list[Any]:
@@ -89,3 +94,17 @@ def assert_logs_equal(ours: list[Any], reference: list[Any]) -> None:
     assert len(ours) == len(reference)
     for i, (a, b) in enumerate(zip(ours, reference, strict=True)):
         assert a == b, f"observation {i} ({b[0]}) differs from InMemorySaver:\n{a}\n!=\n{b}"
+
+
+async def run_both(dsn: str, factory: SaverFactory, scenario: Scenario) -> list[Any]:
+    """``scenario`` on InMemorySaver and on our saver of ``factory``'s kind; the logs must
+    be equal. Returns ours."""
+    reference = await scenario(InMemorySaver(), factory.is_async)
+    if factory.is_async:
+        async with factory.aio(dsn) as saver:
+            ours = await scenario(saver, True)
+    else:
+        with factory.sync(dsn) as ssaver:
+            ours = await scenario(ssaver, False)
+    assert_logs_equal(ours, reference)
+    return ours

@@ -5,34 +5,18 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Command, interrupt
 
-from tests.graph._graphs import Driver, append_reducer, assert_logs_equal
+from tests.graph._graphs import Driver, Scenario, append_reducer, run_both
 from tests.plugins.savers import SaverFactory
-
-Scenario = Callable[[BaseCheckpointSaver[Any], bool], Awaitable[list[Any]]]
-
-
-async def run_both(dsn: str, factory: SaverFactory, scenario: Scenario) -> list[Any]:
-    reference = await scenario(InMemorySaver(), factory.is_async)
-    if factory.is_async:
-        async with factory.aio(dsn) as saver:
-            ours = await scenario(saver, True)
-    else:
-        with factory.sync(dsn) as ssaver:
-            ours = await scenario(ssaver, False)
-    assert_logs_equal(ours, reference)
-    return ours
 
 
 def T(thread: str) -> dict[str, Any]:

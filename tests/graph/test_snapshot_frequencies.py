@@ -9,10 +9,9 @@ from typing import Annotated, Any, TypedDict
 import pytest
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
-from tests.graph._graphs import Driver, append_reducer, assert_logs_equal
+from tests.graph._graphs import Driver, append_reducer, run_both
 from tests.plugins.savers import SaverFactory
 
 STEPS_PER_TURN = 55
@@ -97,14 +96,7 @@ def scenario(freq: int):  # type: ignore[no-untyped-def]
 async def test_long_thread(dsn: str, freq: int, kind: str) -> None:
     factory = SaverFactory(kind)
     run = scenario(freq)
-    reference = await run(InMemorySaver(), factory.is_async)
-    if factory.is_async:
-        async with factory.aio(dsn) as saver:
-            ours = await run(saver, True)
-    else:
-        with factory.sync(dsn) as ssaver:
-            ours = await run(ssaver, False)
-    assert_logs_equal(ours, reference)
+    ours = await run_both(dsn, factory, run)
     states = [o for o in ours if o[0] == "state"]
     # the first get_state holds every superstep's write, in order
     values = dict(states[0][1][0][1])
