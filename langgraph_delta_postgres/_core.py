@@ -136,6 +136,11 @@ class SaverCore(BaseCheckpointSaver[str]):
     def get_next_version(self, current: str | None, channel: None) -> str:
         return next_version(current)
 
+    def _forget_threads(self, thread_ids: Sequence[str]) -> None:
+        """Called after prune / delete_for_runs commit, with the threads they changed:
+        whatever this saver keeps per thread (the decoded-value cache) must forget them.
+        A no-op until that cache exists."""
+
     # ------------------------------------------------------------------ reading
 
     def _row_to_tuple(self, row: Row) -> CheckpointTuple:
