@@ -7,7 +7,7 @@ and format as ``langgraph-checkpoint-postgres`` 3.2 and answer
 
 from __future__ import annotations
 
-from ._core import DeltaPruneError, HistoryError
+from ._core import DeltaPruneError, HistoryError, PruneStats
 from .aio import AsyncDeltaPostgresSaver
 from .migrate import MigrationError
 from .saver import DeltaPostgresSaver
@@ -18,4 +18,5 @@ __all__ = [
     "DeltaPruneError",
     "HistoryError",
     "MigrationError",
+    "PruneStats",
 ]

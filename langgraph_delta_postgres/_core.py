@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import random
 from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from datetime import datetime
 from typing import Any, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -61,7 +62,29 @@ class DeltaPruneError(RuntimeError):
     """A maintenance call would leave a DeltaChannel thread unable to rebuild its state."""
 
 
-PRUNE_STRATEGIES = ("keep_latest", "delete")
+#: prune strategies; "delete_all" is Agent Server's name for "delete".
+PRUNE_STRATEGIES = ("keep_latest", "delete", "delete_all")
+
+
+@dataclass(frozen=True, slots=True)
+class PruneStats:
+    """What ``prune`` deleted (or, with ``dry_run=True``, would delete).
+
+    ``threads``: threads pruned (those ``before=`` skipped are not counted);
+    ``checkpoints`` / ``writes`` / ``blobs``: rows; ``bytes``: the stored size of their
+    values (checkpoint and metadata JSONB, write and blob bytes, as Postgres stores
+    them: compressed), i.e. about what the tables shrink by once vacuumed."""
+
+    threads: int = 0
+    checkpoints: int = 0
+    writes: int = 0
+    blobs: int = 0
+    bytes: int = 0
+
+    def __add__(self, other: PruneStats) -> PruneStats:
+        return PruneStats(
+            *(getattr(self, f.name) + getattr(other, f.name) for f in fields(self))
+        )
 
 
 def next_version(current: str | int | float | None) -> str:
@@ -436,30 +459,144 @@ class SaverCore(BaseCheckpointSaver[str]):
         )
         return None
 
-    def _op_prune(self, thread_ids: Sequence[str], strategy: str) -> Op[None]:
-        """Atomic: the driver runs it in one transaction."""
+    def _prune_ops(
+        self,
+        thread_ids: Sequence[str],
+        strategy: str,
+        keep_last: int | None,
+        before: datetime | None,
+        dry_run: bool,
+    ) -> list[Op[PruneStats]]:
+        """prune: the operations to run, each in its own transaction, whose results add
+        up to the answer. ``keep_latest``: one per thread (a huge batch is never one
+        long transaction); ``delete``: one for all the threads (atomic, as before)."""
         if isinstance(thread_ids, str):
             raise TypeError("thread_ids must be a sequence of thread ids, not a str")
         if strategy not in PRUNE_STRATEGIES:
             raise ValueError(
                 f"unknown prune strategy {strategy!r}: use one of {', '.join(PRUNE_STRATEGIES)}"
             )
-        ids = [str(t) for t in thread_ids]
-        if not ids:
-            return None
-        if strategy == "delete":
-            yield from self._op_delete_threads(ids)
-            return None
-        rows = yield Stmt(self.queries["maintenance.delta_threads"], {"thread_ids": ids})
-        if rows:
-            names = ", ".join(r["thread_id"] for r in rows)
-            raise DeltaPruneError(
-                "prune(strategy='keep_latest') refused, nothing was deleted: these threads "
-                f"use a DeltaChannel and their latest state is rebuilt from older "
-                f"checkpoints: {names}. Use strategy='delete' to drop them entirely."
+        if keep_last is not None:
+            if strategy != "keep_latest":
+                raise ValueError(f"keep_last applies to strategy='keep_latest', not {strategy!r}")
+            if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
+                raise ValueError(f"keep_last must be an int >= 1, not {keep_last!r}")
+        if before is not None and (
+            not isinstance(before, datetime) or before.utcoffset() is None
+        ):
+            raise ValueError(
+                f"before must be a timezone-aware datetime (e.g. datetime.now(UTC) - "
+                f"timedelta(days=30)), not {before!r}"
             )
-        yield Stmt(self.queries["maintenance.prune_keep_latest"], {"thread_ids": ids}, False)
-        return None
+        ids = list(dict.fromkeys(str(t) for t in thread_ids))
+        if not ids:
+            return []
+        if strategy == "keep_latest":
+            return [self._op_prune_thread(t, keep_last or 1, before, dry_run) for t in ids]
+        return [self._op_prune_delete(ids, before, dry_run)]
+
+    def _prune_heads(self, thread_id: str, before: datetime | None) -> Op[list[str] | None]:
+        """Lock the thread for maintenance; its namespaces, or None when it has no
+        checkpoint or ``before`` spares it (its latest checkpoint is not older)."""
+        yield Stmt(self.queries["retention.lock_thread"], {"thread_id": thread_id}, False)
+        heads = yield Stmt(self.queries["retention.thread_heads"], {"thread_id": thread_id})
+        if not heads:
+            return None
+        if before is not None:
+            try:
+                latest = max(datetime.fromisoformat(h["ts"]) for h in heads)
+            except (TypeError, ValueError):
+                return None  # a checkpoint without a readable "ts": not known to be old
+            if latest.utcoffset() is None or latest >= before:
+                return None
+        return [h["checkpoint_ns"] for h in heads]
+
+    def _op_prune_ns(
+        self, thread_id: str, ns: str, keep_last: int, dry_run: bool
+    ) -> Op[PruneStats]:
+        """Prune one namespace of a thread to what its latest checkpoint needs (see
+        ``retention.prune_result``); ``keep_last=0`` counts everything."""
+        rows = yield Stmt(
+            self.queries.join(
+                "retention.prune_target", "retention.walk", "retention.prune_result"
+            ),
+            {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "keep_last": keep_last,
+                "max_depth": self.max_history_depth,
+                "dry_run": dry_run,
+            },
+        )
+        r = rows[0]
+        if r["bad"] is not None:
+            raise HistoryError(
+                f"prune of thread {thread_id!r} namespace {ns!r} refused, nothing of this "
+                f"thread was deleted: its parent chain is corrupt at checkpoint {r['bad']!r} "
+                f"(a cycle, or deeper than max_history_depth={self.max_history_depth})"
+            )
+        return PruneStats(0, r["checkpoints"], r["writes"], r["blobs"], int(r["bytes"]))
+
+    def _op_prune_thread(
+        self, thread_id: str, keep_last: int, before: datetime | None, dry_run: bool
+    ) -> Op[PruneStats]:
+        """keep_latest of one thread, in one transaction: per namespace, its latest
+        checkpoint (or the ``keep_last`` latest of its chain) and the keep-set of every
+        DeltaChannel its state needs; everything else goes."""
+        namespaces = yield from self._prune_heads(thread_id, before)
+        if namespaces is None:
+            return PruneStats()
+        total = PruneStats(threads=1)
+        for ns in namespaces:
+            total += yield from self._op_prune_ns(thread_id, ns, keep_last, dry_run)
+        if not dry_run:
+            self._forget_threads([thread_id])
+        return total
+
+    def _op_prune_delete(
+        self, thread_ids: list[str], before: datetime | None, dry_run: bool
+    ) -> Op[PruneStats]:
+        """strategy="delete": every row of the threads, in one transaction."""
+        total = PruneStats()
+        doomed: list[str] = []
+        for thread_id in thread_ids:
+            namespaces = yield from self._prune_heads(thread_id, before)
+            if namespaces is None:
+                continue
+            doomed.append(thread_id)
+            total += PruneStats(threads=1)
+            for ns in namespaces:
+                total += yield from self._op_prune_ns(thread_id, ns, 0, True)
+        if doomed and not dry_run:
+            yield from self._op_delete_threads(doomed)
+            self._forget_threads(doomed)
+        return total
+
+    def _op_delta_keepset(self, config: RunnableConfig, channels: list[str]) -> Op[set[str]]:
+        """get_delta_channel_keepset; ``channels``: distinct names (may be empty)."""
+        rows = yield Stmt(
+            self.queries.join(
+                "retention.keepset_target", "retention.walk", "retention.keepset_result"
+            ),
+            {
+                "thread_id": _thread_id(config),
+                "checkpoint_ns": _ns(config),
+                "checkpoint_id": get_checkpoint_id(config) or None,
+                "channels": channels,
+                "keep_last": 1,
+                "max_depth": self.max_history_depth,
+            },
+        )
+        keep: set[str] = set()
+        for r in rows:
+            if r["kind"] == "x":
+                raise HistoryError(
+                    f"parent chain of thread {_thread_id(config)!r} is corrupt at checkpoint "
+                    f"{r['checkpoint_id']!r}: a cycle, or deeper than "
+                    f"max_history_depth={self.max_history_depth}"
+                )
+            keep.add(r["checkpoint_id"])
+        return keep
 
     def _op_delete_for_runs(self, run_ids: Sequence[str]) -> Op[None]:
         """Atomic: the driver runs it in one transaction."""

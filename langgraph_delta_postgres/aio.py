@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, nullcontext
+from datetime import datetime
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -24,6 +25,7 @@ from . import migrate as _migrate
 from ._core import (
     DEFAULT_PREPARE_THRESHOLD,
     Op,
+    PruneStats,
     SaverCore,
     T,
     connect_kwargs,
@@ -188,8 +190,26 @@ class AsyncDeltaPostgresSaver(SaverCore):
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         await self._run(self._op_copy_thread(source_thread_id, target_thread_id), atomic=True)
 
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await self._run(self._op_prune(thread_ids, strategy), atomic=True)
+    async def aprune(  # type: ignore[override]  # returns what it deleted instead of None
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str = "keep_latest",
+        keep_last: int | None = None,
+        before: datetime | None = None,
+        dry_run: bool = False,
+    ) -> PruneStats:
+        """See :meth:`.DeltaPostgresSaver.prune`."""
+        total = PruneStats()
+        for op in self._prune_ops(thread_ids, strategy, keep_last, before, dry_run):
+            total += await self._run(op, atomic=True)
+        return total
+
+    async def aget_delta_channel_keepset(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> set[str]:
+        """See :meth:`.DeltaPostgresSaver.get_delta_channel_keepset`."""
+        return await self._run(self._op_delta_keepset(config, wanted_channels(channels)))
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -265,8 +285,27 @@ class AsyncDeltaPostgresSaver(SaverCore):
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         self._from_thread(self.acopy_thread(source_thread_id, target_thread_id))
 
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        self._from_thread(self.aprune(thread_ids, strategy=strategy))
+    def prune(  # type: ignore[override]  # returns what it deleted instead of None
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str = "keep_latest",
+        keep_last: int | None = None,
+        before: datetime | None = None,
+        dry_run: bool = False,
+    ) -> PruneStats:
+        return self._from_thread(  # type: ignore[no-any-return]
+            self.aprune(
+                thread_ids, strategy=strategy, keep_last=keep_last, before=before, dry_run=dry_run
+            )
+        )
+
+    def get_delta_channel_keepset(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> set[str]:
+        return self._from_thread(  # type: ignore[no-any-return]
+            self.aget_delta_channel_keepset(config=config, channels=channels)
+        )
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]

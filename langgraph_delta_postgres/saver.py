@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
+from datetime import datetime
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -24,6 +25,7 @@ from . import migrate as _migrate
 from ._core import (
     DEFAULT_PREPARE_THRESHOLD,
     Op,
+    PruneStats,
     SaverCore,
     T,
     connect_kwargs,
@@ -187,8 +189,52 @@ class DeltaPostgresSaver(SaverCore):
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         self._run(self._op_copy_thread(source_thread_id, target_thread_id), atomic=True)
 
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        self._run(self._op_prune(thread_ids, strategy), atomic=True)
+    def prune(  # type: ignore[override]  # returns what it deleted instead of None
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str = "keep_latest",
+        keep_last: int | None = None,
+        before: datetime | None = None,
+        dry_run: bool = False,
+    ) -> PruneStats:
+        """Delete old checkpoints of ``thread_ids``; DeltaChannel-safe.
+
+        ``strategy="keep_latest"``: per thread and namespace, keep the latest checkpoint
+        (``keep_last=N``: the N latest of its parent chain), what each DeltaChannel of
+        its state needs to load (the checkpoints back to the nearest stored value, see
+        :meth:`get_delta_channel_keepset`), their pending writes and the blobs they
+        name; delete every other checkpoint, write and blob. One transaction per
+        thread. ``strategy="delete"`` (or ``"delete_all"``): every row of the threads,
+        in one transaction. ``before``: only threads whose latest checkpoint is older
+        (timezone-aware). ``dry_run``: delete nothing, count what would go.
+
+        Raises:
+            TypeError: ``thread_ids`` is a str.
+            ValueError: unknown strategy, ``keep_last`` not an int >= 1 (or with
+                ``"delete"``), ``before`` not a timezone-aware datetime.
+            HistoryError: a thread's parent chain has a cycle (or is deeper than
+                ``max_history_depth``); that thread is left untouched, those before it
+                in ``thread_ids`` are pruned.
+        """
+        total = PruneStats()
+        for op in self._prune_ops(thread_ids, strategy, keep_last, before, dry_run):
+            total += self._run(op, atomic=True)
+        return total
+
+    def get_delta_channel_keepset(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> set[str]:
+        """The checkpoint ids that loading ``channels`` at ``config``'s checkpoint
+        needs: the target, plus per channel every ancestor back to and including the
+        nearest checkpoint that stores a value for it (the target itself counts).
+        ``channels=[]``: ``{target}``; no such checkpoint: ``set()``.
+
+        Raises:
+            HistoryError: the parent chain has a cycle or is deeper than
+                ``max_history_depth``.
+        """
+        return self._run(self._op_delta_keepset(config, wanted_channels(channels)))
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]

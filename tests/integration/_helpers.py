@@ -66,8 +66,13 @@ class Uniform:
     async def copy_thread(self, source: str, target: str) -> None:
         await self._call("copy_thread", source, target)
 
-    async def prune(self, thread_ids: Any, **kw: Any) -> None:
-        await self._call("prune", thread_ids, **kw)
+    async def prune(self, thread_ids: Any, **kw: Any) -> Any:
+        return await self._call("prune", thread_ids, **kw)
+
+    async def keepset(self, config: Any, channels: Sequence[str]) -> set[str]:
+        return await self._call(  # type: ignore[no-any-return]
+            "get_delta_channel_keepset", config=config, channels=channels
+        )
 
     async def history(self, config: Any, channels: Sequence[str]) -> Any:
         if self.is_async:

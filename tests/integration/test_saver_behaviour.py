@@ -441,23 +441,32 @@ async def test_prune_keep_latest_and_delete(dsn: str, saver_factory: SaverFactor
         assert len(await u.list(None)) == 2
 
 
-async def test_prune_keep_latest_refuses_delta_threads(
+async def test_prune_keep_latest_keeps_what_delta_threads_need(
     dsn: str, saver_factory: SaverFactory
 ) -> None:
+    """keep_latest used to refuse DeltaChannel threads (DeltaPruneError); it now keeps
+    the checkpoints back to the nearest stored value of each DeltaChannel."""
     async with open_saver(saver_factory, dsn) as u:
         await put_chain(u, "plain", 3)
-        await put_chain(
-            u, "delta", 3,
+        # "m" is stored at checkpoint 1 only, later checkpoints bump its version with
+        # no stored value (a DeltaChannel between snapshots)
+        chain = await put_chain(
+            u, "delta", 5,
             metadata=lambda i: {"step": i, "counters_since_delta_snapshot": {"m": [i, i]}},
+            values=lambda i: {"m": [i] if i == 1 else None, "num": i},
         )
-        snap = table_snapshot(dsn)
-        for ids in (["delta"], ["plain", "delta"], ["delta", "plain"]):
-            with pytest.raises(DeltaPruneError, match="delta"):
-                await u.prune(ids, strategy="keep_latest")
-            assert table_snapshot(dsn) == snap, f"refused prune {ids} deleted rows"
-        await u.prune(["delta"], strategy="delete")
+        for c in chain:
+            await u.put_writes(c, [("m", c["configurable"]["checkpoint_id"])], "task", "~p")
+        latest = chain[-1]
+        before = await u.history(latest, ["m"])
+        stats = await u.prune(["delta", "plain"], strategy="keep_latest")
+        assert stats.threads == 2 and stats.checkpoints == 1 + 2
+        kept = {t.config["configurable"]["checkpoint_id"] for t in await u.list(cfg("delta"))}
+        assert kept == {c["configurable"]["checkpoint_id"] for c in chain[1:]}
+        assert await u.history(latest, ["m"]) == before
+        assert table_counts(dsn, "plain")["checkpoints"] == 1
+        assert (await u.prune(["delta"], strategy="delete_all")).checkpoints == 4
         assert table_counts(dsn, "delta")["checkpoints"] == 0
-        assert table_counts(dsn, "plain")["checkpoints"] == 3
 
 
 # --------------------------------------------------------------------------- serde

@@ -1,0 +1,337 @@
+-- retention: the DeltaChannel keep-set, and prune that keeps what the head needs.
+--
+-- A statement is composed of three blocks, in this order (see _core.py):
+--   a "target" block (WITH RECURSIVE target ..., wanted ...,), the shared `walk` block,
+--   and a result block. So get_delta_channel_keepset and prune walk parents with the
+--   very same SQL.
+--
+-- Every table reference filters on thread_id and checkpoint_ns (routable on Citus and
+-- partitioned tables); correlated lookups are LATERAL ... LIMIT 1 or scalar subqueries
+-- (fenced: one primary-key lookup per step whatever the statistics say); no
+-- SEARCH / CYCLE clauses.
+
+-- name: keepset_target
+-- get_delta_channel_keepset: the target is the checkpoint %(checkpoint_id)s, or the
+-- latest of the namespace when it is NULL; the channels are the caller's.
+-- Parameters: thread_id, checkpoint_ns, checkpoint_id text or NULL, channels text[].
+-- Index: checkpoints_pkey (equality, or a backward range scan LIMIT 1 for the latest).
+WITH RECURSIVE
+target AS (
+    SELECT t.checkpoint_id
+    FROM {s}checkpoints AS t
+    WHERE t.thread_id = %(thread_id)s
+      AND t.checkpoint_ns = %(checkpoint_ns)s
+      AND t.checkpoint_id = %(checkpoint_id)s::text
+    UNION ALL
+    (
+        SELECT t.checkpoint_id
+        FROM {s}checkpoints AS t
+        WHERE t.thread_id = %(thread_id)s
+          AND t.checkpoint_ns = %(checkpoint_ns)s
+          AND %(checkpoint_id)s::text IS NULL
+        ORDER BY t.checkpoint_id DESC
+        LIMIT 1
+    )
+),
+wanted AS (
+    SELECT %(channels)s::text[] AS channels
+),
+
+-- name: prune_target
+-- prune of one (thread, namespace): the target is the namespace's latest checkpoint
+-- (the highest id, as get_tuple reads it). The channels its state needs are found from
+-- the data: the DeltaChannels named by any checkpoint of the namespace (the typed
+-- delta_channels column, or the metadata's counters_since_delta_snapshot for rows of
+-- other writers), restricted to those the target has a version of. LangGraph replays
+-- exactly the channels with a version and no stored value (a DeltaChannel, or an
+-- aggregate written as a DeltaChannel before its annotation changed back: hence "any
+-- checkpoint", not only the target, whose counters drop a channel that snapshots
+-- there); one without a version was never written and needs nothing. A channel stored
+-- at the target costs nothing: its keep-set is the target.
+-- keep_last = 0 (strategy "delete" counted by dry_run) wants no channel.
+-- Parameters: thread_id, checkpoint_ns, keep_last int.
+-- Indexes: checkpoints_pkey (latest: backward range scan LIMIT 1; the namespace's rows:
+-- the (thread_id, checkpoint_ns) prefix).
+WITH RECURSIVE
+target AS (
+    SELECT t.checkpoint_id, t.checkpoint -> 'channel_versions' AS versions
+    FROM {s}checkpoints AS t
+    WHERE t.thread_id = %(thread_id)s
+      AND t.checkpoint_ns = %(checkpoint_ns)s
+    ORDER BY t.checkpoint_id DESC
+    LIMIT 1
+),
+wanted AS (
+    SELECT CASE WHEN %(keep_last)s::int = 0 THEN '{{}}'::text[] ELSE ARRAY(
+        SELECT DISTINCT d.ch
+        FROM {s}checkpoints AS c
+        CROSS JOIN LATERAL unnest(coalesce(
+            c.delta_channels,
+            CASE WHEN jsonb_typeof(c.metadata -> 'counters_since_delta_snapshot') = 'object'
+                THEN ARRAY(SELECT jsonb_object_keys(c.metadata -> 'counters_since_delta_snapshot'))
+            END
+        )) AS d(ch)
+        WHERE c.thread_id = %(thread_id)s
+          AND c.checkpoint_ns = %(checkpoint_ns)s
+          AND t.versions ? d.ch
+        ORDER BY 1
+    ) END AS channels
+    FROM target AS t
+),
+
+-- name: walk
+-- The parent walk shared by the keep-set and prune (the same walk as delta_history).
+-- Parameters: thread_id, checkpoint_ns, keep_last int (>= 1 keeps that many checkpoints
+-- of the chain whatever they store; the keep-set API passes 1; 0: no walk), max_depth.
+--
+-- Row 0 is a stub whose parent is the target, so the target is visited (depth 1) and
+-- tested like any ancestor: a value stored at the target ends that channel's walk there
+-- (the keep-set of a snapshot is {target}). Each row carries
+--   active  the channels still walking when the row is visited,
+--   seeded  those of them this checkpoint stores a value for,
+--   ups     the ids reached by an "up" step: a parent whose id does NOT sort below its
+--           child's (ids are uuid6 from the writer's clock, so a worker whose clock is
+--           behind writes children that sort below their parents, langgraph#8550);
+--   met_twice  this step is an up step to an id already in ups: a cycle.
+-- The next step follows parent_checkpoint_id with active := active - seeded (from the
+-- keep_last-th checkpoint on: the first keep_last checkpoints are kept whatever they
+-- store, and the walk goes on from the oldest of them for every channel).
+--
+-- "Stores a value" for channel ch at checkpoint p: an inline primitive (jsonb string,
+-- number or boolean in channel_values) or a non-'empty' blob at the version
+-- channel_versions names. stored_channels (when not NULL) is a fast negative: a channel
+-- it does not name is not stored. A claim it makes must be backed by its blob or inline
+-- value (a delete racing a put can leave a claim whose blob is gone): a claim with
+-- neither counts as NOT stored, as the official saver reads it.
+--
+-- Termination: every channel seeded past the keep_last-th row (active empty), the root
+-- (parent_checkpoint_id NULL), a missing parent (the LATERAL finds nothing), a cycle
+-- (met_twice: any cycle contains an up step, so it is met within one extra lap; a skewed
+-- but acyclic chain never repeats an id; ups holds one id per clock switch), or the depth
+-- guard %(max_depth)s. met_twice rows and rows at the guard with channels still active
+-- are the errors the result blocks report.
+--
+-- Indexes: checkpoints_pkey (one equality lookup per step); checkpoint_blobs_pkey (the
+-- probe, only for an active channel the row may store).
+walk AS (
+    SELECT
+        0 AS depth,
+        NULL::text AS checkpoint_id,
+        t.checkpoint_id AS parent_checkpoint_id,
+        wd.channels AS active,
+        '{{}}'::text[] AS seeded,
+        '{{}}'::text[] AS ups,
+        FALSE AS met_twice
+    FROM target AS t
+    CROSS JOIN wanted AS wd
+    WHERE %(keep_last)s::int > 0
+    UNION ALL
+    SELECT
+        w.depth + 1 AS depth,
+        p.checkpoint_id AS checkpoint_id,
+        p.parent_checkpoint_id AS parent_checkpoint_id,
+        n.active AS active,
+        CASE
+            WHEN cardinality(n.active) = 0
+              OR (p.stored_channels IS NOT NULL AND NOT (p.stored_channels && n.active))
+                THEN '{{}}'::text[]
+            ELSE ARRAY(
+                SELECT ch FROM unnest(n.active) AS ch
+                WHERE (p.stored_channels IS NULL OR ch = ANY (p.stored_channels))
+                  AND (
+                      jsonb_typeof(p.checkpoint -> 'channel_values' -> ch)
+                          IN ('string', 'number', 'boolean')
+                      OR (
+                          SELECT TRUE FROM {s}checkpoint_blobs AS b
+                          WHERE b.thread_id = %(thread_id)s
+                            AND b.checkpoint_ns = %(checkpoint_ns)s
+                            AND b.channel = ch
+                            AND b.version = p.checkpoint -> 'channel_versions' ->> ch
+                            AND b.type <> 'empty'
+                          LIMIT 1
+                      ) IS NOT NULL
+                  )
+            )
+        END AS seeded,
+        CASE WHEN s.down THEN w.ups ELSE w.ups || p.checkpoint_id END AS ups,
+        NOT s.down AND p.checkpoint_id = ANY (w.ups) AS met_twice
+    FROM walk AS w
+    CROSS JOIN LATERAL (
+        SELECT CASE
+            WHEN w.depth < %(keep_last)s::int OR cardinality(w.seeded) = 0 THEN w.active
+            ELSE ARRAY(SELECT ch FROM unnest(w.active) AS ch WHERE ch <> ALL (w.seeded))
+        END AS active
+    ) AS n
+    CROSS JOIN LATERAL (
+        SELECT p.checkpoint_id, p.parent_checkpoint_id, p.stored_channels, p.checkpoint
+        FROM {s}checkpoints AS p
+        WHERE p.thread_id = %(thread_id)s
+          AND p.checkpoint_ns = %(checkpoint_ns)s
+          AND p.checkpoint_id = w.parent_checkpoint_id
+        LIMIT 1
+    ) AS p
+    -- the stub's step to the target is "down": it is no step of the chain
+    CROSS JOIN LATERAL (
+        SELECT coalesce(p.checkpoint_id < w.checkpoint_id, TRUE) AS down
+    ) AS s
+    WHERE NOT w.met_twice
+      AND w.depth < %(max_depth)s
+      AND (cardinality(n.active) > 0 OR w.depth < %(keep_last)s::int)
+),
+bad AS (
+    SELECT w.checkpoint_id
+    FROM walk AS w
+    WHERE w.met_twice
+       OR (w.depth >= %(max_depth)s
+           AND w.parent_checkpoint_id IS NOT NULL
+           AND (w.depth < %(keep_last)s::int
+                OR EXISTS (SELECT 1 FROM unnest(w.active) AS ch WHERE ch <> ALL (w.seeded))))
+    LIMIT 1
+)
+
+-- name: keepset_result
+-- Result columns: kind 'k' (a kept checkpoint) or 'x' (the walk stopped on bad data: a
+-- cycle or the depth guard; the caller raises HistoryError), checkpoint_id.
+-- No row: the target does not exist.
+SELECT 'k'::text AS kind, w.checkpoint_id AS checkpoint_id
+FROM walk AS w
+WHERE w.depth > 0 AND NOT w.met_twice
+UNION ALL
+SELECT 'x'::text AS kind, b.checkpoint_id AS checkpoint_id
+FROM bad AS b
+
+-- name: prune_result
+-- prune of one (thread, namespace): keep the walk's checkpoints, their writes and every
+-- blob version a kept checkpoint's channel_versions names; delete every other
+-- checkpoint, write and blob of the namespace (none when %(dry_run)s), and detach a kept
+-- checkpoint whose parent is deleted (parent_checkpoint_id NULL, as keep_latest always
+-- did). Nothing is deleted when the walk stopped on bad data.
+-- One statement, so one snapshot: a checkpoint committed after it started is neither
+-- seen nor deleted. Writes go by the checkpoints deleted (a run can commit a step's
+-- writes before its checkpoint: those are kept).
+-- Parameters: as the blocks before, and dry_run boolean.
+-- Result: one row: checkpoints, writes, blobs (rows deleted, or that would be), bytes
+-- (pg_column_size of their stored values: checkpoint + metadata jsonb, write and blob
+-- bytea; as stored, i.e. compressed, without reading TOAST), kept (checkpoints kept), bad (the checkpoint where the walk
+-- stopped on bad data, else NULL).
+-- Indexes: the three primary keys, by their (thread_id, checkpoint_ns) prefix; writes
+-- and the detach look their checkpoint up by checkpoints_pkey.
+,
+kept AS (
+    SELECT coalesce(array_agg(DISTINCT w.checkpoint_id), '{{}}'::text[]) AS ids
+    FROM walk AS w
+    WHERE w.depth > 0
+),
+kept_versions AS (
+    SELECT DISTINCT v.key AS channel, v.value AS version
+    FROM kept AS k
+    CROSS JOIN LATERAL unnest(k.ids) AS i(checkpoint_id)
+    CROSS JOIN LATERAL (
+        SELECT x.checkpoint -> 'channel_versions' AS versions
+        FROM {s}checkpoints AS x
+        WHERE x.thread_id = %(thread_id)s
+          AND x.checkpoint_ns = %(checkpoint_ns)s
+          AND x.checkpoint_id = i.checkpoint_id
+        LIMIT 1
+    ) AS x
+    CROSS JOIN LATERAL jsonb_each_text(x.versions) AS v
+),
+doomed AS (
+    SELECT c.checkpoint_id,
+           pg_column_size(c.checkpoint) + pg_column_size(c.metadata) AS bytes
+    FROM {s}checkpoints AS c, kept AS k
+    WHERE c.thread_id = %(thread_id)s
+      AND c.checkpoint_ns = %(checkpoint_ns)s
+      AND c.checkpoint_id <> ALL (k.ids)
+      AND NOT EXISTS (SELECT 1 FROM bad)
+),
+doomed_writes AS (
+    SELECT cw.checkpoint_id, cw.task_id, cw.idx, coalesce(pg_column_size(cw.blob), 0) AS bytes
+    FROM {s}checkpoint_writes AS cw, kept AS k
+    WHERE cw.thread_id = %(thread_id)s
+      AND cw.checkpoint_ns = %(checkpoint_ns)s
+      AND cw.checkpoint_id <> ALL (k.ids)
+      AND NOT EXISTS (SELECT 1 FROM bad)
+      AND EXISTS (
+          SELECT 1 FROM {s}checkpoints AS c
+          WHERE c.thread_id = %(thread_id)s
+            AND c.checkpoint_ns = %(checkpoint_ns)s
+            AND c.checkpoint_id = cw.checkpoint_id
+      )
+),
+doomed_blobs AS (
+    SELECT b.channel, b.version, coalesce(pg_column_size(b.blob), 0) AS bytes
+    FROM {s}checkpoint_blobs AS b
+    WHERE b.thread_id = %(thread_id)s
+      AND b.checkpoint_ns = %(checkpoint_ns)s
+      AND NOT EXISTS (SELECT 1 FROM bad)
+      AND NOT EXISTS (
+          SELECT 1 FROM kept_versions AS kv
+          WHERE kv.channel = b.channel AND kv.version = b.version
+      )
+),
+del_checkpoints AS (
+    DELETE FROM {s}checkpoints AS c
+    USING doomed AS d
+    WHERE NOT %(dry_run)s
+      AND c.thread_id = %(thread_id)s
+      AND c.checkpoint_ns = %(checkpoint_ns)s
+      AND c.checkpoint_id = d.checkpoint_id
+),
+del_writes AS (
+    DELETE FROM {s}checkpoint_writes AS cw
+    USING doomed_writes AS d
+    WHERE NOT %(dry_run)s
+      AND cw.thread_id = %(thread_id)s
+      AND cw.checkpoint_ns = %(checkpoint_ns)s
+      AND cw.checkpoint_id = d.checkpoint_id
+      AND cw.task_id = d.task_id
+      AND cw.idx = d.idx
+),
+del_blobs AS (
+    DELETE FROM {s}checkpoint_blobs AS b
+    USING doomed_blobs AS d
+    WHERE NOT %(dry_run)s
+      AND b.thread_id = %(thread_id)s
+      AND b.checkpoint_ns = %(checkpoint_ns)s
+      AND b.channel = d.channel
+      AND b.version = d.version
+),
+detach AS (
+    UPDATE {s}checkpoints AS c
+    SET parent_checkpoint_id = NULL
+    FROM kept AS k
+    WHERE NOT %(dry_run)s
+      AND c.thread_id = %(thread_id)s
+      AND c.checkpoint_ns = %(checkpoint_ns)s
+      AND c.checkpoint_id = ANY (k.ids)
+      AND c.parent_checkpoint_id IS NOT NULL
+      AND c.parent_checkpoint_id <> ALL (k.ids)
+      AND NOT EXISTS (SELECT 1 FROM bad)
+)
+SELECT
+    (SELECT count(*) FROM doomed) AS checkpoints,
+    (SELECT count(*) FROM doomed_writes) AS writes,
+    (SELECT count(*) FROM doomed_blobs) AS blobs,
+    (SELECT coalesce(sum(d.bytes), 0) FROM doomed AS d)
+        + (SELECT coalesce(sum(d.bytes), 0) FROM doomed_writes AS d)
+        + (SELECT coalesce(sum(d.bytes), 0) FROM doomed_blobs AS d) AS bytes,
+    (SELECT cardinality(k.ids) FROM kept AS k) AS kept,
+    (SELECT b.checkpoint_id FROM bad AS b) AS bad
+
+-- name: lock_thread
+-- prune / delete_for_runs: a transaction-scoped advisory lock on the thread, so two
+-- maintenance calls on one thread take turns (each computes what to keep from its own
+-- snapshot). Puts do not take it and need not: see prune_result. Parameter: thread_id.
+SELECT pg_advisory_xact_lock(hashtext('langgraph_delta_postgres.maintenance'),
+                             hashtext(%(thread_id)s))
+
+-- name: thread_heads
+-- prune: one thread's namespaces, each with its latest checkpoint's timestamp (for
+-- prune(before=...)). Parameter: thread_id. Result columns: checkpoint_ns, ts (text,
+-- ISO 8601, or NULL). It filters on thread_id only: it is what lists the namespaces.
+-- Index: checkpoints_pkey (thread_id prefix; every row of the thread is read).
+SELECT DISTINCT ON (c.checkpoint_ns) c.checkpoint_ns, c.checkpoint ->> 'ts' AS ts
+FROM {s}checkpoints AS c
+WHERE c.thread_id = %(thread_id)s
+ORDER BY c.checkpoint_ns, c.checkpoint_id DESC
