@@ -8,6 +8,7 @@ psycopg cursor, so both run the same statements and the same row -> result code.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -34,6 +35,7 @@ from psycopg.types.json import Jsonb
 
 from ._sql import Queries
 
+logger = logging.getLogger("langgraph_delta_postgres")
 T = TypeVar("T")
 Row = dict[str, Any]
 
@@ -59,7 +61,10 @@ class HistoryError(RuntimeError):
 
 
 class DeltaPruneError(RuntimeError):
-    """A maintenance call would leave a DeltaChannel thread unable to rebuild its state."""
+    """A maintenance call would leave a DeltaChannel thread unable to rebuild its state.
+
+    No longer raised: ``prune`` and ``delete_for_runs`` keep what DeltaChannel state
+    needs instead of refusing. Kept so that code catching it still imports."""
 
 
 #: prune strategies; "delete_all" is Agent Server's name for "delete".
@@ -523,6 +528,7 @@ class SaverCore(BaseCheckpointSaver[str]):
             {
                 "thread_id": thread_id,
                 "checkpoint_ns": ns,
+                "checkpoint_id": None,
                 "keep_last": keep_last,
                 "max_depth": self.max_history_depth,
                 "dry_run": dry_run,
@@ -599,23 +605,58 @@ class SaverCore(BaseCheckpointSaver[str]):
         return keep
 
     def _op_delete_for_runs(self, run_ids: Sequence[str]) -> Op[None]:
-        """Atomic: the driver runs it in one transaction."""
+        """Atomic: the driver runs it in one transaction. A checkpoint of the runs that
+        a later checkpoint (of another run) needs to load its state is kept, with its
+        writes and blobs, and logged; the rest of the runs goes."""
         if isinstance(run_ids, str):
             raise TypeError("run_ids must be a sequence of run ids, not a str")
         ids = [str(r) for r in run_ids]
         if not ids:
             return None
-        rows = yield Stmt(self.queries["maintenance.runs_breaking_delta"], {"run_ids": ids})
-        if rows:
-            where = ", ".join(
-                f"{r['thread_id']}/{r['checkpoint_ns'] or '-'}/{r['checkpoint_id']}" for r in rows
+        children = yield Stmt(self.queries["retention.run_children"], {"run_ids": ids})
+        kept: set[tuple[str, str, str]] = set()
+        for c in children:
+            thread_id, ns = c["thread_id"], c["checkpoint_ns"]
+            rows = yield Stmt(
+                self.queries.join(
+                    "retention.prune_target", "retention.walk", "retention.keepset_result"
+                ),
+                {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": c["checkpoint_id"],
+                    "keep_last": 1,
+                    "max_depth": self.max_history_depth,
+                },
             )
-            raise DeltaPruneError(
-                "delete_for_runs refused, nothing was deleted: checkpoints of other runs "
-                f"use a DeltaChannel and rebuild their state through these runs' checkpoints "
-                f"(thread/namespace/checkpoint: {where})"
+            for r in rows:
+                if r["kind"] == "x":
+                    raise HistoryError(
+                        f"delete_for_runs refused, nothing was deleted: the parent chain of "
+                        f"thread {thread_id!r} is corrupt at checkpoint {r['checkpoint_id']!r}"
+                    )
+                if r["checkpoint_id"] != c["checkpoint_id"]:
+                    kept.add((thread_id, ns, r["checkpoint_id"]))
+        yield Stmt(
+            self.queries["maintenance.delete_runs"],
+            {
+                "run_ids": ids,
+                "kept_threads": [k[0] for k in kept],
+                "kept_ns": [k[1] for k in kept],
+                "kept_ids": [k[2] for k in kept],
+            },
+            fetch=False,
+        )
+        if kept:
+            logger.warning(
+                "delete_for_runs(%s): kept %d checkpoint(s) of these runs that later "
+                "checkpoints rebuild their DeltaChannel state from (thread/namespace/"
+                "checkpoint): %s",
+                ", ".join(ids),
+                len(kept),
+                ", ".join(f"{t}/{n or '-'}/{i}" for t, n, i in sorted(kept)),
             )
-        yield Stmt(self.queries["maintenance.delete_runs"], {"run_ids": ids}, False)
+        self._forget_threads(sorted({c["thread_id"] for c in children}))
         return None
 
     def _op_copy_thread(self, source: str, target: str) -> Op[None]:

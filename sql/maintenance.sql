@@ -12,33 +12,25 @@ WITH w AS (
 )
 DELETE FROM {s}checkpoints WHERE thread_id = ANY (%(thread_ids)s::text[])
 
--- name: runs_breaking_delta
--- delete_for_runs refuses when a checkpoint that survives (not of the runs) uses a
--- DeltaChannel and its parent is deleted: its delta state is rebuilt from that parent's
--- chain. Parameter: run_ids text[]. Result columns: thread_id, checkpoint_ns, checkpoint_id
--- of the surviving checkpoints that would break.
-SELECT child.thread_id AS thread_id,
-       child.checkpoint_ns AS checkpoint_ns,
-       child.checkpoint_id AS checkpoint_id
-FROM {s}checkpoints AS dead
-JOIN {s}checkpoints AS child
-  ON child.thread_id = dead.thread_id
- AND child.checkpoint_ns = dead.checkpoint_ns
- AND child.parent_checkpoint_id = dead.checkpoint_id
-WHERE dead.metadata ->> 'run_id' = ANY (%(run_ids)s::text[])
-  AND coalesce(child.metadata ->> 'run_id', '') <> ALL (%(run_ids)s::text[])
-  AND (child.delta_channels IS NOT NULL
-       OR child.metadata ? 'counters_since_delta_snapshot')
-ORDER BY 1, 2, 3
-LIMIT 20
-
 -- name: delete_runs
--- delete_for_runs: the runs' checkpoints, their writes, and the blobs no surviving
--- checkpoint of the same thread and namespace references. Parameter: run_ids text[].
--- Reads checkpoints by metadata ->> 'run_id' (a scan: no index serves it).
-WITH dead AS (
+-- delete_for_runs: the runs' checkpoints except the kept ones, their writes, and the
+-- blobs no surviving checkpoint of the same thread and namespace references.
+-- Parameters: run_ids text[]; kept_threads, kept_ns, kept_ids text[]: checkpoints of the
+-- runs that later checkpoints still need (retention.run_children), kept with their
+-- writes and blobs. Reads checkpoints by metadata ->> 'run_id' (a scan: no index serves it).
+WITH kept AS (
+    SELECT k.thread_id, k.checkpoint_ns, k.checkpoint_id
+    FROM unnest(%(kept_threads)s::text[], %(kept_ns)s::text[], %(kept_ids)s::text[])
+        AS k(thread_id, checkpoint_ns, checkpoint_id)
+), dead AS (
     DELETE FROM {s}checkpoints AS c
     WHERE c.metadata ->> 'run_id' = ANY (%(run_ids)s::text[])
+      AND NOT EXISTS (
+          SELECT 1 FROM kept AS k
+          WHERE k.thread_id = c.thread_id
+            AND k.checkpoint_ns = c.checkpoint_ns
+            AND k.checkpoint_id = c.checkpoint_id
+      )
     RETURNING c.thread_id, c.checkpoint_ns, c.checkpoint_id,
               c.checkpoint -> 'channel_versions' AS versions
 ), del_writes AS (
@@ -63,7 +55,13 @@ WHERE b.thread_id = f.thread_id
       WHERE c.thread_id = f.thread_id
         AND c.checkpoint_ns = f.checkpoint_ns
         AND c.checkpoint -> 'channel_versions' ->> f.channel = f.version
-        AND coalesce(c.metadata ->> 'run_id', '') <> ALL (%(run_ids)s::text[])
+        AND (coalesce(c.metadata ->> 'run_id', '') <> ALL (%(run_ids)s::text[])
+             OR EXISTS (
+                 SELECT 1 FROM kept AS k
+                 WHERE k.thread_id = c.thread_id
+                   AND k.checkpoint_ns = c.checkpoint_ns
+                   AND k.checkpoint_id = c.checkpoint_id
+             ))
   )
 
 -- name: thread_exists

@@ -39,7 +39,9 @@ wanted AS (
 
 -- name: prune_target
 -- prune of one (thread, namespace): the target is the namespace's latest checkpoint
--- (the highest id, as get_tuple reads it). The channels its state needs are found from
+-- (the highest id, as get_tuple reads it) when %(checkpoint_id)s is NULL, else that
+-- checkpoint (delete_for_runs: a checkpoint that builds on a deleted run). The
+-- channels its state needs are found from
 -- the data: the DeltaChannels named by any checkpoint of the namespace (the typed
 -- delta_channels column, or the metadata's counters_since_delta_snapshot for rows of
 -- other writers), restricted to those the target has a version of. LangGraph replays
@@ -49,7 +51,7 @@ wanted AS (
 -- there); one without a version was never written and needs nothing. A channel stored
 -- at the target costs nothing: its keep-set is the target.
 -- keep_last = 0 (strategy "delete" counted by dry_run) wants no channel.
--- Parameters: thread_id, checkpoint_ns, keep_last int.
+-- Parameters: thread_id, checkpoint_ns, checkpoint_id text or NULL, keep_last int.
 -- Indexes: checkpoints_pkey (latest: backward range scan LIMIT 1; the namespace's rows:
 -- the (thread_id, checkpoint_ns) prefix).
 WITH RECURSIVE
@@ -58,8 +60,17 @@ target AS (
     FROM {s}checkpoints AS t
     WHERE t.thread_id = %(thread_id)s
       AND t.checkpoint_ns = %(checkpoint_ns)s
-    ORDER BY t.checkpoint_id DESC
-    LIMIT 1
+      AND t.checkpoint_id = %(checkpoint_id)s::text
+    UNION ALL
+    (
+        SELECT t.checkpoint_id, t.checkpoint -> 'channel_versions' AS versions
+        FROM {s}checkpoints AS t
+        WHERE t.thread_id = %(thread_id)s
+          AND t.checkpoint_ns = %(checkpoint_ns)s
+          AND %(checkpoint_id)s::text IS NULL
+        ORDER BY t.checkpoint_id DESC
+        LIMIT 1
+    )
 ),
 wanted AS (
     SELECT CASE WHEN %(keep_last)s::int = 0 THEN '{{}}'::text[] ELSE ARRAY(
@@ -318,6 +329,25 @@ SELECT
         + (SELECT coalesce(sum(d.bytes), 0) FROM doomed_blobs AS d) AS bytes,
     (SELECT cardinality(k.ids) FROM kept AS k) AS kept,
     (SELECT b.checkpoint_id FROM bad AS b) AS bad
+
+-- name: run_children
+-- delete_for_runs: the checkpoints that build on the runs: not of the runs themselves,
+-- with a parent that is. Their state may be rebuilt through the runs' checkpoints (a
+-- DeltaChannel's writes and seed): delete_for_runs keeps each one's keep-set.
+-- Parameter: run_ids text[]. Result columns: thread_id, checkpoint_ns, checkpoint_id.
+-- Reads checkpoints by metadata ->> 'run_id' (a scan: no index serves it); each child
+-- by the parent id within the run checkpoint's thread and namespace.
+SELECT child.thread_id AS thread_id,
+       child.checkpoint_ns AS checkpoint_ns,
+       child.checkpoint_id AS checkpoint_id
+FROM {s}checkpoints AS dead
+JOIN {s}checkpoints AS child
+  ON child.thread_id = dead.thread_id
+ AND child.checkpoint_ns = dead.checkpoint_ns
+ AND child.parent_checkpoint_id = dead.checkpoint_id
+WHERE dead.metadata ->> 'run_id' = ANY (%(run_ids)s::text[])
+  AND coalesce(child.metadata ->> 'run_id', '') <> ALL (%(run_ids)s::text[])
+ORDER BY 1, 2, 3
 
 -- name: lock_thread
 -- prune / delete_for_runs: a transaction-scoped advisory lock on the thread, so two

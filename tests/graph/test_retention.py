@@ -474,3 +474,63 @@ def test_prune_thread_migrated_from_add_messages(dsn: str) -> None:
             g.invoke(msg(i), t)
 
     check_pruned_thread(dsn, chat_builder(delta=True), write, [msg(6), msg(7), msg(8)])
+
+
+# ----------------------------------------------------------------------------- delete_for_runs
+
+
+def RUN(thread: str, run_id: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread}, "metadata": {"run_id": run_id}}
+
+
+@pytest.mark.parametrize("writer", ["ours", "official"])
+def test_delete_for_runs_keeps_what_later_runs_need(
+    dsn: str, writer: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Runs r0..r3 on a DeltaChannel thread (snapshot_frequency=100: every state is
+    rebuilt from r0 on). Deleting r1 keeps the checkpoints of r1 that r2 builds on
+    (logged), and the thread reads and continues like an untouched copy; deleting the
+    last run, which nothing builds on, removes all of it."""
+    builder = fanout_builder(100)
+    with psycopg.connect(dsn, autocommit=True) as conn, official_saver(dsn) as off:
+        ours = DeltaPostgresSaver(conn)
+        g_ours = builder.compile(checkpointer=ours)
+        g_off = builder.compile(checkpointer=off)
+        g_w = g_ours if writer == "ours" else g_off
+        for i in range(4):
+            g_w.invoke({"items": [f"u{i}"]}, RUN("A", f"r{i}"))
+        ours.copy_thread("A", "B")
+
+        def run_ids(thread: str) -> list[str]:
+            return [t.metadata.get("run_id") for t in ours.list(T(thread))]  # type: ignore[misc]
+
+        n_r1 = run_ids("A").count("r1")
+        with caplog.at_level("WARNING", logger="langgraph_delta_postgres"):
+            ours.delete_for_runs(["r1"])
+        assert "kept" in caplog.text and "r1" in caplog.text
+        # what r2 needs of r1 is kept: all of it here (no snapshot in between)
+        assert run_ids("A").count("r1") == n_r1
+        assert observe(g_ours, T("A")) == observe(g_ours, T("B"))
+        assert observe(g_off, T("A")) == observe(g_ours, T("B"))
+        ours.delete_for_runs(["r3"])  # the last run: nothing builds on it
+        assert "r3" not in run_ids("A")
+        ours.delete_for_runs(["r3"])  # and again: a no-op
+        state_after = observe(g_ours, T("A"))
+        g_ours.invoke({"items": ["next"]}, T("A"))
+        assert observe(g_ours, T("A")) != state_after
+        assert observe(g_off, T("A")) == observe(g_ours, T("A"))
+
+
+def test_delete_for_runs_after_a_snapshot_deletes_the_run(dsn: str) -> None:
+    """snapshot_frequency=1: every later checkpoint stores its own value, so an older
+    run is needed by nothing and goes entirely, DeltaChannel or not."""
+    builder = fanout_builder(1)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ours = DeltaPostgresSaver(conn)
+        g = builder.compile(checkpointer=ours)
+        for i in range(3):
+            g.invoke({"items": [f"u{i}"]}, RUN("A", f"r{i}"))
+        before = observe(g, T("A"))
+        ours.delete_for_runs(["r0"])
+        assert "r0" not in [t.metadata.get("run_id") for t in ours.list(T("A"))]
+        assert observe(g, T("A")) == before

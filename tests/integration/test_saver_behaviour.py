@@ -20,7 +20,7 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, SCHEDULED
 from psycopg.rows import dict_row
 
-from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver, DeltaPruneError
+from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
 from langgraph_delta_postgres.migrate import discover, migrate
 from tests.integration._helpers import (
     Uniform,
@@ -346,21 +346,34 @@ async def test_delete_for_runs(dsn: str, saver_factory: SaverFactory) -> None:
         assert len(await u.list(None)) == 2
 
 
-async def test_delete_for_runs_refuses_to_break_delta_thread(
+async def test_delete_for_runs_of_a_delta_thread_deletes_what_nothing_needs(
     dsn: str, saver_factory: SaverFactory
 ) -> None:
+    """Thread D: run r1 (2 checkpoints) then r2 (2) with DeltaChannel counters for "obj",
+    stored only at D's first checkpoint. Deleting r1 keeps r1's checkpoints (r2 rebuilds
+    "obj" from them) instead of refusing; deleting r2, which nothing builds on, removes
+    it entirely."""
     async with open_saver(saver_factory, dsn) as u:
-        await _runs_fixture(u, delta_thread=True)
-        snap = table_snapshot(dsn)
-        with pytest.raises(DeltaPruneError, match="D/"):
-            await u.delete_for_runs(["r1"])
-        assert table_snapshot(dsn) == snap, "a refused delete_for_runs deleted rows"
-        # deleting every run of the delta thread leaves no survivor to break
-        await u.delete_for_runs(["r1", "r2"])
-        assert await u.list(None) == []
-        assert table_counts(dsn) == {
-            "checkpoints": 0, "checkpoint_blobs": 0, "checkpoint_writes": 0
-        }
+        runs = ["r1", "r1", "r2", "r2"]
+        chain = await put_chain(
+            u, "D", 4,
+            metadata=lambda i: {
+                "step": i, "run_id": runs[i], "counters_since_delta_snapshot": {"obj": [i, i]}
+            },
+            values=lambda i: {"obj": {"seed": 1} if i == 0 else None},
+        )
+        for c in chain:
+            await u.put_writes(c, [("obj", c["configurable"]["checkpoint_id"])], "t", "")
+        latest = chain[-1]
+        before = await u.history(latest, ["obj"])
+        await u.delete_for_runs(["r1"])
+        assert len(await u.list(cfg("D"))) == 4
+        assert await u.history(latest, ["obj"]) == before
+        await u.delete_for_runs(["r2"])
+        left = await u.list(cfg("D"))
+        assert [t.metadata["run_id"] for t in left] == ["r1", "r1"]
+        assert table_counts(dsn, "D")["checkpoint_writes"] == 2
+        assert orphan_blobs(dsn) == []
 
 
 # --------------------------------------------------------------------------- copy
