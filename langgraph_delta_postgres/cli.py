@@ -87,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("bench", "bench", "benchmark against the official saver"),
         ("demo", "demo", "run a long agent session on the embedded Postgres"),
         ("inspect", "inspect", "show one thread's checkpoints and delta state"),
+        ("prune", "_prune_cli", "delete old checkpoints, keeping what DeltaChannel state needs"),
     ):
         try:
             mod = __import__(f"langgraph_delta_postgres.{module}", fromlist=["add_arguments"])

@@ -365,3 +365,48 @@ SELECT DISTINCT ON (c.checkpoint_ns) c.checkpoint_ns, c.checkpoint ->> 'ts' AS t
 FROM {s}checkpoints AS c
 WHERE c.thread_id = %(thread_id)s
 ORDER BY c.checkpoint_ns, c.checkpoint_id DESC
+
+-- name: thread_page
+-- langgraph-delta-pg prune --older-than: the next %(limit)s thread ids in id order, after
+-- %(after)s (or from the first when %(first)s), by a loose index scan: one primary-key
+-- probe per thread, however many checkpoints each has. A listing of threads: it filters
+-- on thread_id ranges, not on one thread. Parameters: after text, first boolean,
+-- limit int. Result column: thread_id. Index: checkpoints_pkey (thread_id prefix).
+WITH RECURSIVE t AS (
+    (
+        SELECT c.thread_id
+        FROM {s}checkpoints AS c
+        WHERE %(first)s OR c.thread_id > %(after)s
+        ORDER BY c.thread_id
+        LIMIT 1
+    )
+    UNION ALL
+    SELECT (
+        SELECT c.thread_id
+        FROM {s}checkpoints AS c
+        WHERE c.thread_id > t.thread_id
+        ORDER BY c.thread_id
+        LIMIT 1
+    )
+    FROM t
+    WHERE t.thread_id IS NOT NULL
+)
+SELECT t.thread_id FROM t WHERE t.thread_id IS NOT NULL LIMIT %(limit)s
+
+-- name: count_threads
+-- langgraph-delta-pg prune --older-than: how many threads there are (the progress bar's
+-- total), by the same loose index scan as thread_page. Result column: n.
+WITH RECURSIVE t AS (
+    (SELECT c.thread_id FROM {s}checkpoints AS c ORDER BY c.thread_id LIMIT 1)
+    UNION ALL
+    SELECT (
+        SELECT c.thread_id
+        FROM {s}checkpoints AS c
+        WHERE c.thread_id > t.thread_id
+        ORDER BY c.thread_id
+        LIMIT 1
+    )
+    FROM t
+    WHERE t.thread_id IS NOT NULL
+)
+SELECT count(*) AS n FROM t WHERE t.thread_id IS NOT NULL
