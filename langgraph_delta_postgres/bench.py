@@ -114,6 +114,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="DIR",
                    help="write DIR/benchmarks.md and DIR/img/*.png (plots)")
     p.add_argument("--scale", choices=("full", "quick", "tiny"), help=argparse.SUPPRESS)
+    p.add_argument("--only", choices=("retention",), help="run only this part of the benchmark")
 
 
 def _missing_deps() -> list[str]:
@@ -148,6 +149,8 @@ def _command_line(args: argparse.Namespace) -> str:
         parts.append("--quick")
     if getattr(args, "scale", None):
         parts += ["--scale", args.scale]
+    if getattr(args, "only", None):
+        parts += ["--only", args.only]
     if args.json:
         parts += ["--json", args.json]
     if args.out:
@@ -170,7 +173,12 @@ def run(args: argparse.Namespace) -> int:
     import psycopg
 
     try:
-        results = _run(args, scale)
+        if getattr(args, "only", None) == "retention":
+            from ._bench.retention import run_alone
+
+            results = run_alone(args, scale_name, _server, _command_line(args))
+        else:
+            results = _run(args, scale)
     except EmbeddedPostgresUnavailable as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -182,6 +190,8 @@ def run(args: argparse.Namespace) -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=1, default=str) + "\n")
         print(f"wrote {args.json}")
+    if "headline" not in results:  # --only: no report, no headline
+        return 0
     if args.out:
         from ._bench.report import write_report
 
@@ -271,6 +281,9 @@ def _run(args: argparse.Namespace, scale: Scale) -> dict[str, Any]:
                 res["micro"] = run_micro(dsn, net, scale.micro, _log)
                 res["micro"]["seconds"] = time.perf_counter() - m0
                 res["explain"] = _explain(meter, res["micro"])
+                from ._bench.retention import run_retention
+
+                res["retention"] = run_retention(dsn, scale.name, _log)
     res["seconds"] = time.perf_counter() - t0
     res["headline"] = _headline(res)
     return res

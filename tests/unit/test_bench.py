@@ -34,7 +34,9 @@ def test_quick_path_json_and_report(pg_server: PgServer, tmp_path: Path) -> None
                  json=str(out_json), out=str(tmp_path / "report"))
     assert bench.run(args) == 0
     res = json.loads(out_json.read_text())
-    assert {"command", "machine", "select1_rtt", "workloads", "micro", "headline"} <= set(res)
+    assert {
+        "command", "machine", "select1_rtt", "workloads", "micro", "headline", "retention"
+    } <= set(res)
     assert res["machine"]["postgres"]["server_version"]
     # both savers on the same workloads
     for wl in res["workloads"].values():
@@ -70,6 +72,33 @@ def test_quick_path_json_and_report(pg_server: PgServer, tmp_path: Path) -> None
             "SELECT count(*) FROM pg_database WHERE datname LIKE 'lgdp_bench_%'"
         ).fetchone()
     assert left is not None and left[0] == 0
+
+
+def test_only_retention(pg_server: PgServer, tmp_path: Path) -> None:
+    out_json = tmp_path / "retention.json"
+    args = _args(dsn=pg_server.admin_dsn, scale="tiny", only="retention", json=str(out_json))
+    assert bench.run(args) == 0
+    res = json.loads(out_json.read_text())
+    assert res["command"].endswith("--only retention --json " + str(out_json))
+    ret = res["retention"]
+    assert set(ret["storage"]) == {
+        "default/keep_latest", "default/keep_last_10", "k5/keep_latest", "k5/keep_last_10"
+    }
+    for key, m in ret["storage"].items():
+        assert m["state_unchanged"]
+        # 16 turns: the files field (one update a turn) has snapshots at k=5, none yet
+        # at the default 100
+        if key.startswith("k5"):
+            assert m["after"]["rows"]["checkpoints"] < m["before"]["rows"]["checkpoints"]
+        else:
+            assert m["freed"]["checkpoints"] == 0
+        assert m["freed"]["checkpoints"] == (
+            m["before"]["rows"]["checkpoints"] - m["after"]["rows"]["checkpoints"]
+        )
+        assert m["official_keep_latest"] == "NotImplementedError"  # it refuses delta threads
+    assert ret["delta_threads_per_s"] > 0
+    assert ret["full_official_over_ours_median"] > 0
+    assert ret["full_ratio_chunks"] == 4
 
 
 def test_missing_dependencies_exit_2(
