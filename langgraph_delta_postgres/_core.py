@@ -614,6 +614,8 @@ class SaverCore(BaseCheckpointSaver[str]):
         if not ids:
             return None
         children = yield Stmt(self.queries["retention.run_children"], {"run_ids": ids})
+        for thread_id in sorted({c["thread_id"] for c in children}):  # sorted: no deadlock
+            yield Stmt(self.queries["retention.lock_thread"], {"thread_id": thread_id}, False)
         kept: set[tuple[str, str, str]] = set()
         for c in children:
             thread_id, ns = c["thread_id"], c["checkpoint_ns"]
