@@ -472,6 +472,11 @@ async def test_prune_keep_latest_keeps_what_delta_threads_need(
             await u.put_writes(c, [("m", c["configurable"]["checkpoint_id"])], "task", "~p")
         latest = chain[-1]
         before = await u.history(latest, ["m"])
+        needed = {c["configurable"]["checkpoint_id"] for c in chain[1:]}
+        assert await u.keepset(latest, ["m"]) == needed
+        assert await u.keepset(cfg("delta"), ["m", "m"]) == needed  # the latest, by default
+        assert await u.keepset(latest, []) == {latest["configurable"]["checkpoint_id"]}
+        assert await u.keepset(cfg("delta", "", "nope"), ["m"]) == set()
         stats = await u.prune(["delta", "plain"], strategy="keep_latest")
         assert stats.threads == 2 and stats.checkpoints == 1 + 2
         kept = {t.config["configurable"]["checkpoint_id"] for t in await u.list(cfg("delta"))}
