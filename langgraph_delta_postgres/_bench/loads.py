@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from langchain_core.runnables import RunnableConfig
 
 from .. import DeltaPostgresSaver
 from .._workloads import build_graph, run_turns
@@ -49,7 +50,7 @@ def threads_for(scale_name: str) -> list[LoadThread]:
     ]
 
 
-def _cfg(thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
+def _cfg(thread_id: str, checkpoint_id: str | None = None) -> RunnableConfig:
     conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
     if checkpoint_id:
         conf["checkpoint_id"] = checkpoint_id
@@ -98,6 +99,37 @@ def _page(t: LoadThread, ids: Sequence[str], make: Callable[[], Any]) -> Timed:
         return [s.values for s in g.get_state_history(_cfg(t.key), limit=PAGE)]
 
     return (prepare, call)
+
+
+def handout_options(writes: Sequence[Any], serde: Any, rounds: int) -> dict[str, Any]:
+    """How an answer's values can be handed out, timed on one real answer (the writes of
+    a history call): a fresh serde decode (what a saver without a cache does), one
+    pickle per checkpoint, one pickle per fetched stretch (what the cache keeps),
+    ``copy.deepcopy``, and a shallow copy of the lists as ``DeltaChannel.copy()`` makes
+    (shares the message objects: a caller editing one changes later answers)."""
+    import copy
+    import pickle
+
+    typed = [serde.dumps_typed(w[2]) for w in writes]
+    per_value = [pickle.dumps([w], protocol=5) for w in writes]
+    stretch = pickle.dumps([list(writes)], protocol=5)
+    fns: dict[str, Callable[[], Any]] = {
+        "serde_decode": lambda: [serde.loads_typed(t) for t in typed],
+        "pickle_per_checkpoint": lambda: [pickle.loads(p) for p in per_value],
+        "pickle_per_stretch": lambda: pickle.loads(stretch),
+        "deepcopy": lambda: copy.deepcopy(list(writes)),
+        "shallow_copy": lambda: [
+            (a, b, list(v) if isinstance(v, list) else v) for a, b, v in writes
+        ],
+    }
+    iv = Interleaved()
+    iv.run(fns, rounds)
+    return {
+        "values": len(writes),
+        "stats": {k: iv.stats(k) for k in fns},
+        "serde_over": {k: iv.ratio("serde_decode", k) for k in fns if k != "serde_decode"},
+        "isolates": {k: k != "shallow_copy" for k in fns},
+    }
 
 
 def run_loads(dsn: str, scale_name: str, rounds: int, log: Callable[[str], None]) -> dict[str, Any]:
@@ -153,6 +185,18 @@ def run_loads(dsn: str, scale_name: str, rounds: int, log: Callable[[str], None]
                     f"(ours {r['stats']['ours']['median_ms']:.1f} ms, "
                     f"nocache {r['stats']['ours_nocache']['median_ms']:.1f} ms, "
                     f"official {r['stats']['official']['median_ms']:.1f} ms)"
+                )
+            if t.workload == "messages":
+                hist = DeltaPostgresSaver(ours_conn, cache_bytes=0).get_delta_channel_history(
+                    config=_cfg(t.key, ids[-1]), channels=["messages", "files"]
+                )
+                writes = [w for ch in ("messages", "files") for w in hist[ch]["writes"]]
+                out["handout"] = handout_options(writes, writer.serde, max(rounds, 5))
+                h = out["handout"]["serde_over"]
+                log(
+                    "  hand-out of "
+                    f"{len(writes)} values, serde decode / option: "
+                    + ", ".join(f"{k} {v['median']:.2f}x" for k, v in h.items())
                 )
             out["threads"][t.key] = entry
     finally:
