@@ -33,6 +33,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 
+from ._cache import NO_PLAN, HistoryCache
 from ._sql import Queries
 
 logger = logging.getLogger("langgraph_delta_postgres")
@@ -56,8 +57,8 @@ Op = Generator[Stmt, list[Any], T]
 
 
 class HistoryError(RuntimeError):
-    """The parent chain of a checkpoint is corrupt (a cycle, a parent that is not older
-    than its child) or deeper than ``max_history_depth``."""
+    """The parent chain of a checkpoint is corrupt (a checkpoint met twice: a cycle of
+    parent pointers) or deeper than ``max_history_depth``."""
 
 
 class DeltaPruneError(RuntimeError):
@@ -112,10 +113,15 @@ def next_version(current: str | int | float | None) -> str:
 #:   statistics (measured: 0 generic / 34 custom plans over 40 invokes; ~0.3-1 ms a call);
 #: * enable_seqscan=off: a plan is cached when the connection first runs the statement,
 #:   often while the tables are still tiny, where a sequential scan looks cheapest; cached,
-#:   it would scan a whole table per step once the tables grow.
-GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off"
+#:   it would scan a whole table per step once the tables grow;
+#: * jit=off: a generic plan of the recursive history statement is costed high enough to
+#:   be JIT-compiled, which took 124 ms on a 3 ms statement (Postgres 15 with llvmjit).
+GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off -c jit=off"
 #: from_conn_string's default prepare_threshold (psycopg's own default).
 DEFAULT_PREPARE_THRESHOLD = 5
+#: Default budget of the decoded-value cache of get_delta_channel_history, per saver
+#: object (see _cache.py and docs/cache.md for how it was chosen).
+DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
 
 
 def connect_kwargs(conn_string: str, prepare_threshold: int | None) -> dict[str, Any]:
@@ -155,19 +161,22 @@ class SaverCore(BaseCheckpointSaver[str]):
     #: Depth guard of the history walk: more ancestors than this is treated as corrupt.
     max_history_depth: int = 1_000_000
 
-    def _init_core(self, schema: str | None) -> None:
+    def _init_core(self, schema: str | None, cache_bytes: int) -> None:
         if schema is not None and (not isinstance(schema, str) or not schema):
             raise ValueError("schema must be a non-empty string or None")
         self.schema = schema
         self.queries = Queries(schema)
+        cache = HistoryCache(cache_bytes)  # validates cache_bytes
+        #: The decoded-value cache of get_delta_channel_history (None: cache_bytes=0).
+        self.history_cache: HistoryCache | None = cache if cache_bytes else None
+
+    def _forget_threads(self, thread_ids: Sequence[str]) -> None:
+        """Drop what the cache holds of these threads (after this saver changed them)."""
+        if self.history_cache is not None:
+            self.history_cache.forget(thread_ids)
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         return next_version(current)
-
-    def _forget_threads(self, thread_ids: Sequence[str]) -> None:
-        """Called after prune / delete_for_runs commit, with the threads they changed:
-        whatever this saver keeps per thread (the decoded-value cache) must forget them.
-        A no-op until that cache exists."""
 
     # ------------------------------------------------------------------ reading
 
@@ -308,38 +317,57 @@ class SaverCore(BaseCheckpointSaver[str]):
         self, config: RunnableConfig, wanted: list[str]
     ) -> Op[dict[str, DeltaChannelHistory]]:
         """``wanted``: distinct channel names, as :func:`wanted_channels` gives them."""
+        thread_id, ns = _thread_id(config), _ns(config)
+        checkpoint_id = get_checkpoint_id(config) or None
+        cache = self.history_cache
+        plan = cache.plan(thread_id, ns, checkpoint_id, wanted) if cache is not None else NO_PLAN
         rows = yield Stmt(
             self.queries["delta_history"],
             {
-                "thread_id": _thread_id(config),
-                "checkpoint_ns": _ns(config),
-                "checkpoint_id": get_checkpoint_id(config) or None,
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint_id,
                 "channels": wanted,
                 "max_depth": self.max_history_depth,
+                **plan.params(),
             },
             by_position=True,
         )
+        if cache is not None:
+            return cache.answer(
+                plan, wanted, rows, self.serde.loads_typed, self._raise_history_error
+            )
         return self._rows_to_history(wanted, rows)
+
+    def _raise_history_error(self, row: tuple[Any, ...]) -> None:
+        kind, checkpoint_id, why = row[0], row[6], row[7]
+        if kind == "x" and why == "cycle":
+            raise HistoryError(
+                f"parent chain is corrupt: checkpoint {checkpoint_id!r} is its own ancestor "
+                "(a cycle of parent_checkpoint_id pointers)"
+            )
+        raise HistoryError(
+            f"parent chain of checkpoint {checkpoint_id!r} is deeper than "
+            f"max_history_depth={self.max_history_depth} (corrupt, or raise the limit)"
+        )
 
     def _rows_to_history(
         self, channels: list[str], rows: list[tuple[Any, ...]]
     ) -> dict[str, DeltaChannelHistory]:
-        """Rows of ``delta_history.sql`` (oldest first, writes already in
-        ``writes_sort_key`` order) -> the contract's per-channel entries."""
+        """Rows of ``delta_history.sql`` without the cache (so no 'c' / 'h' rows and
+        every seed blob sent; oldest first, writes in ``writes_sort_key`` order) -> the
+        contract's per-channel entries."""
         loads = self.serde.loads_typed
         result: dict[str, DeltaChannelHistory] = {ch: {"writes": []} for ch in channels}
         appenders = {ch: entry["writes"].append for ch, entry in result.items()}
-        for kind, channel, task_id, type_, blob, inline, checkpoint_id in rows:
+        for row in rows:
+            kind, channel, task_id, type_, blob, inline = row[:6]
             if kind == "w":
                 appenders[channel]((task_id, channel, loads((type_, blob))))
             elif kind == "s":
                 result[channel]["seed"] = loads((type_, blob)) if type_ else inline
             else:
-                raise HistoryError(
-                    f"parent chain of thread checkpoint {checkpoint_id!r} is corrupt: a "
-                    "parent that is not older than its child (a cycle?), or deeper than "
-                    f"max_history_depth={self.max_history_depth}"
-                )
+                self._raise_history_error(row)
         return result
 
     # ------------------------------------------------------------------ writing
@@ -462,6 +490,7 @@ class SaverCore(BaseCheckpointSaver[str]):
             {"thread_ids": [str(t) for t in thread_ids]},
             fetch=False,
         )
+        self._forget_threads(thread_ids)
         return None
 
     def _prune_ops(
@@ -574,8 +603,7 @@ class SaverCore(BaseCheckpointSaver[str]):
             for ns in namespaces:
                 total += yield from self._op_prune_ns(thread_id, ns, 0, True)
         if doomed and not dry_run:
-            yield from self._op_delete_threads(doomed)
-            self._forget_threads(doomed)
+            yield from self._op_delete_threads(doomed)  # forgets them
         return total
 
     def _op_delta_keepset(self, config: RunnableConfig, channels: list[str]) -> Op[set[str]]:
@@ -658,7 +686,8 @@ class SaverCore(BaseCheckpointSaver[str]):
                 len(kept),
                 ", ".join(f"{t}/{n or '-'}/{i}" for t, n, i in sorted(kept)),
             )
-        self._forget_threads(sorted({c["thread_id"] for c in children}))
+        if self.history_cache is not None:
+            self.history_cache.clear()  # which threads the runs touched is not known here
         return None
 
     def _op_copy_thread(self, source: str, target: str) -> Op[None]:
@@ -677,6 +706,7 @@ class SaverCore(BaseCheckpointSaver[str]):
             {"source_thread_id": source, "target_thread_id": target},
             fetch=False,
         )
+        self._forget_threads([target])
         return None
 
 

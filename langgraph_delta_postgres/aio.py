@@ -23,6 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from . import migrate as _migrate
 from ._core import (
+    DEFAULT_CACHE_BYTES,
     DEFAULT_PREPARE_THRESHOLD,
     Op,
     PruneStats,
@@ -62,6 +63,7 @@ class AsyncDeltaPostgresSaver(SaverCore):
         serde: SerializerProtocol | None = None,
         *,
         schema: str | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
         super().__init__(serde=serde)
         if not isinstance(conn, AsyncConnection | AsyncConnectionPool):
@@ -74,7 +76,7 @@ class AsyncDeltaPostgresSaver(SaverCore):
         self.conn = conn
         self.pipe = pipe
         self.lock = asyncio.Lock()
-        self._init_core(schema)
+        self._init_core(schema, cache_bytes)
         try:
             self._bound_loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -91,6 +93,7 @@ class AsyncDeltaPostgresSaver(SaverCore):
         prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
         schema: str | None = None,
         serde: SerializerProtocol | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> AsyncIterator[AsyncDeltaPostgresSaver]:
         """A saver on a new connection (or a pool of ``pool_size``), closed on exit.
 
@@ -105,14 +108,14 @@ class AsyncDeltaPostgresSaver(SaverCore):
             async with AsyncConnectionPool(
                 conn_string, min_size=1, max_size=pool_size, kwargs=kwargs, open=False
             ) as pool:
-                yield cls(pool, serde=serde, schema=schema)
+                yield cls(pool, serde=serde, schema=schema, cache_bytes=cache_bytes)
             return
         async with await AsyncConnection.connect(conn_string, **kwargs) as conn:
             if pipeline:
                 async with conn.pipeline() as pipe:
-                    yield cls(conn, pipe, serde=serde, schema=schema)
+                    yield cls(conn, pipe, serde=serde, schema=schema, cache_bytes=cache_bytes)
             else:
-                yield cls(conn, serde=serde, schema=schema)
+                yield cls(conn, serde=serde, schema=schema, cache_bytes=cache_bytes)
 
     # ---------------------------------------------------------------- plumbing
 

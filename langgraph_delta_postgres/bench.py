@@ -211,6 +211,7 @@ def _run(args: argparse.Namespace, scale: Scale) -> dict[str, Any]:
 
     from ._bench.common import freeze_autovacuum, machine_facts, open_savers, scratch_database
     from ._bench.graphs import SaverSpec, run_workload
+    from ._bench.loads import run_loads
     from ._bench.micro import run_micro
     from ._bench.proxy import LatencyProxy, upstream_of
     from .migrate import migrate
@@ -284,6 +285,11 @@ def _run(args: argparse.Namespace, scale: Scale) -> dict[str, Any]:
                 from ._bench.retention import run_retention
 
                 res["retention"] = run_retention(dsn, scale.name, _log)
+        _log("loads: resume loop and history page (threads written by the official saver)")
+        l0 = time.perf_counter()
+        with scratch_database(server_dsn, uuid.uuid4().hex[:10]) as (loads_dsn, _):
+            res["loads"] = run_loads(loads_dsn, scale.name, scale.resume_rounds, _log)
+        res["loads"]["seconds"] = time.perf_counter() - l0
     res["seconds"] = time.perf_counter() - t0
     res["headline"] = _headline(res)
     return res
@@ -311,6 +317,7 @@ def _explain(conn: Any, micro: dict[str, Any]) -> dict[str, str]:
     from psycopg import sql
 
     from . import DeltaPostgresSaver
+    from ._cache import NO_PLAN
 
     out = {}
     saver = DeltaPostgresSaver(conn)
@@ -318,6 +325,7 @@ def _explain(conn: Any, micro: dict[str, Any]) -> dict[str, str]:
         params = {
             "thread_id": m["thread_id"], "checkpoint_ns": "", "checkpoint_id": m["target_id"],
             "channels": m["channels"], "max_depth": saver.max_history_depth,
+            **NO_PLAN.params(),
         }
         rows = conn.execute(
             sql.SQL("EXPLAIN (ANALYZE, BUFFERS) ") + saver.queries["delta_history"], params

@@ -23,6 +23,7 @@ from psycopg_pool import ConnectionPool
 
 from . import migrate as _migrate
 from ._core import (
+    DEFAULT_CACHE_BYTES,
     DEFAULT_PREPARE_THRESHOLD,
     Op,
     PruneStats,
@@ -58,6 +59,9 @@ class DeltaPostgresSaver(SaverCore):
         pipe: a ``Pipeline`` of ``conn`` to run in pipeline mode (a connection only).
         serde: serializer (default ``JsonPlusSerializer``).
         schema: the Postgres schema holding the tables (default: ``search_path``).
+        cache_bytes: budget of the decoded-value cache that lets history calls on the
+            same chain skip what earlier calls fetched (0 turns it off); one cache per
+            saver object. Answers are copies: mutating one never changes another.
     """
 
     def __init__(
@@ -67,6 +71,7 @@ class DeltaPostgresSaver(SaverCore):
         serde: SerializerProtocol | None = None,
         *,
         schema: str | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
         super().__init__(serde=serde)
         if not isinstance(conn, Connection | ConnectionPool):
@@ -78,7 +83,7 @@ class DeltaPostgresSaver(SaverCore):
         self.conn = conn
         self.pipe = pipe
         self.lock = threading.Lock()
-        self._init_core(schema)
+        self._init_core(schema, cache_bytes)
 
     @classmethod
     @contextmanager
@@ -91,6 +96,7 @@ class DeltaPostgresSaver(SaverCore):
         prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
         schema: str | None = None,
         serde: SerializerProtocol | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> Iterator[DeltaPostgresSaver]:
         """A saver on a new connection (or a pool of ``pool_size``), closed on exit.
 
@@ -105,14 +111,14 @@ class DeltaPostgresSaver(SaverCore):
             with ConnectionPool(
                 conn_string, min_size=1, max_size=pool_size, kwargs=kwargs, open=True
             ) as pool:
-                yield cls(pool, serde=serde, schema=schema)
+                yield cls(pool, serde=serde, schema=schema, cache_bytes=cache_bytes)
             return
         with Connection.connect(conn_string, **kwargs) as conn:
             if pipeline:
                 with conn.pipeline() as pipe:
-                    yield cls(conn, pipe, serde=serde, schema=schema)
+                    yield cls(conn, pipe, serde=serde, schema=schema, cache_bytes=cache_bytes)
             else:
-                yield cls(conn, serde=serde, schema=schema)
+                yield cls(conn, serde=serde, schema=schema, cache_bytes=cache_bytes)
 
     # ---------------------------------------------------------------- plumbing
 

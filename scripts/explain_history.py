@@ -21,6 +21,7 @@ from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from psycopg import sql
 
 from langgraph_delta_postgres import DeltaPostgresSaver
+from langgraph_delta_postgres._cache import NO_PLAN
 from langgraph_delta_postgres._embedded import embedded_postgres
 
 
@@ -55,7 +56,8 @@ def main() -> None:
             try:
                 build(saver, args.depth, channels)
                 params = {"thread_id": "deep", "checkpoint_ns": "", "checkpoint_id": None,
-                          "channels": channels, "max_depth": saver.max_history_depth}
+                          "channels": channels, "max_depth": saver.max_history_depth,
+                          **NO_PLAN.params()}
                 q = saver.queries["delta_history"]
                 for _ in range(5):
                     conn.execute(q, params).fetchall()

@@ -6,44 +6,73 @@
 --   target's PARENT, and per requested channel return
 --     * its writes at every checkpoint from the nearest checkpoint that stores a value for
 --       it (the seed checkpoint, inclusive) up to the target's parent, and
---     * that seed value: a blob (type, blob) or an inline primitive (jsonb).
+--     * that seed value: a blob (type, blob) or an inline primitive (jsonb),
+--   except what the client says it already holds (the saver's decoded-value cache, see
+--   langgraph_delta_postgres/_cache.py): a channel whose walk reaches a checkpoint the
+--   client holds the rest of the chain for stops there ('h' row), and a seed blob the
+--   client holds is named, not sent (no transfer, no TOAST decompression).
 --   Nothing else leaves the database: no checkpoint JSONB, no older snapshot blob.
 --
 -- Parameters
 --   %(thread_id)s text, %(checkpoint_ns)s text, %(checkpoint_id)s text or NULL,
---   %(channels)s text[] (non-empty, distinct), %(max_depth)s int (depth guard).
+--   %(channels)s text[] (non-empty, distinct), %(max_depth)s int (depth guard),
+--   %(held_ids)s text[]     checkpoints the client holds a chain below (may be empty),
+--   %(held_tokens)s text[]  channel || chr(31) || checkpoint_id || chr(31) || xmin of the
+--                           checkpoint row, per held chain (the row's xmin changes when a
+--                           thread is deleted and written again, so a token never matches
+--                           rows other than the ones the client read),
+--   %(seed_tokens)s text[]  channel || chr(31) || version || chr(31) || xmin of the blob
+--                           row, per seed blob the client holds,
+--   %(nodes)s boolean       send a 'c' row per visited checkpoint (the cache builds its
+--                           chains from them; false when the cache is off).
 --
 -- Result columns (one row set, in this order; the driver reads them by position)
---   kind        's' seed | 'w' write | 'x' walk stopped on bad data (see below)
---   channel     the channel the row belongs to
---   task_id     the write's task ('w' only)
---   type, blob  serialized write or seed blob; NULL for an inline seed
---   inline      the inline primitive seed ('s' without a blob)
---   checkpoint_id               the checkpoint the row comes from
---   Rows come oldest first (by distance from the target, `depth`, 1 = its parent) and,
---   within one checkpoint, in Python's writes_sort_key order (task_path, task_id, idx)
---   compared with COLLATE "C", i.e. by code point, whatever the database's default
---   collation. depth, task_path and idx order the rows but are not sent: every column
---   costs the client a conversion per row.
+--   kind        'c' visited checkpoint | 'h' held stop | 's' seed | 'w' write |
+--               'x' walk stopped on bad data (see Termination)
+--   channel     the channel the row belongs to ('h', 's', 'w')
+--   task_id     the write's task ('w'); for 'c': the checkpoint's parent id
+--   type, blob  serialized write or seed blob; for a seed the client holds: type set,
+--               blob NULL; NULL for an inline seed
+--   inline      's': the inline primitive seed (no blob); 'c': jsonb array of the
+--               channels whose writes at this checkpoint the statement returns
+--   checkpoint_id  the checkpoint the row comes from
+--   ref         'c': the checkpoint row's xmin; 's' with a blob: version || chr(31) ||
+--               the blob row's xmin (the seed's cache key)
+--   Rows come grouped by kind, and oldest first within a kind (by distance from the
+--   target, `depth`, 1 = its parent) and, within one checkpoint, in Python's
+--   writes_sort_key order (task_path, task_id, idx) compared with COLLATE "C", i.e. by
+--   code point, whatever the database's default collation. depth, task_path and idx
+--   order the rows but are not sent: every column costs the client a conversion per row.
 --
 -- The walk (recursive CTE, UNION ALL)
 --   Row 0 is the target. Each row carries `active`, the channels still walking when it
---   is visited, and `seeded`, those of them this checkpoint stores a value for. The next
---   step follows parent_checkpoint_id with active := active - seeded.
---   "Stores a value" is read from the stored_channels column (written by put, backfilled
---   by migration 0004); a row where it is NULL (written by another saver) falls back to
---   the jsonb inline value and a primary-key probe of checkpoint_blobs.
+--   is visited; `held`, those of them the client holds from here down; `seeded`, the
+--   others this checkpoint stores a value for. The next step follows
+--   parent_checkpoint_id with active := active - held - seeded.
+--   "Stores a value": the stored_channels column (written by put, backfilled by the
+--   migrations) says which channels a row claims; a claim counts only when it is backed
+--   by an inline primitive in channel_values or a non-"empty" blob at the version the
+--   row names (a delete racing a put can leave a claim whose blob is gone: that reads as
+--   "not stored", as in the official saver). Only claimed channels are probed, so the
+--   common step reads the row alone. A row where stored_channels is NULL (written by
+--   another saver) is probed for every active channel.
+--   Parent pointers are the only order: checkpoint ids are uuid6 from the writer's
+--   clock, and a child written by a worker whose clock is behind sorts below its parent
+--   (langgraph#8550). The walk follows parent_checkpoint_id for any id order.
 --
 -- Termination
---   The recursion ends when every channel is seeded (active becomes empty), when the root
---   is reached (parent_checkpoint_id NULL) or a parent row is missing (the join finds
---   nothing: the answer is the reachable chain's), or on bad data:
---     * checkpoint ids are time-ordered uuid6, so a parent always sorts below its child;
---       a parent that does not (a cycle, or a corrupt pointer) stops the walk at once and
---       yields a 'x' row, which the caller raises as an error;
---     * depth is capped at %(max_depth)s; hitting the cap with channels still active
---       yields a 'x' row too.
---   So a cycle costs at most one lap and never recurses forever.
+--   The recursion ends when every channel is seeded or held (active becomes empty), when
+--   the root is reached (parent_checkpoint_id NULL) or a parent row is missing (the join
+--   finds nothing: the answer is the reachable chain's), or on bad data, with an 'x' row
+--   that the caller raises as HistoryError:
+--     * a cycle. Each row carries `ups`, the ids reached by an "up" step (one whose
+--       parent id does not sort below its child's). A cycle contains at least one up
+--       step, so within one more lap the walk takes an up step to an id already in
+--       `ups`: that row is marked `looped`, emits the 'x' row and ends the walk. An
+--       acyclic chain never reaches a checkpoint twice, so skewed ids never err, and
+--       `ups` holds one id per clock switch (no O(depth^2) path array, and no
+--       SEARCH/CYCLE clause, which distributed Postgres does not route);
+--     * depth capped at %(max_depth)s with channels still walking.
 --
 -- Plan shape
 --   Every correlated lookup is a LATERAL subquery with LIMIT 1 / OFFSET 0 (or a scalar
@@ -52,6 +81,17 @@
 --   step" (1.85 s for 2,000 ancestors); the fenced form is one primary-key lookup per
 --   step whatever the statistics say (python scripts/explain_history.py --depth 2000).
 --
+-- Range reads (measured on 3,000-deep 2-channel threads, Postgres 15, EXPLAIN ANALYZE
+-- medians of 7 interleaved pairs, scratch harness; both kinds of rows):
+--   * the writes: one range scan + hash join instead of one index probe per visited
+--     checkpoint made the whole statement 1.17x faster on rows this saver wrote and
+--     1.32x on rows the official saver wrote. Kept.
+--   * the walk itself in stretches (a recursive step reading up to k rows of the
+--     primary key in id order, keeping them while each is the parent of the one before,
+--     k growing 8 -> 1024): 0.85x / 0.79x, i.e. slower; the window functions and
+--     per-row array work of a stretch cost more than the index descents they save.
+--     Not kept: the walk stays one primary-key lookup per ancestor.
+--
 -- EXPLAIN (ANALYZE, BUFFERS) on a 2,000-deep thread, with the command that produced it:
 --   docs/history-query.md (python scripts/explain_history.py --depth 2000 --channels 2).
 --
@@ -59,9 +99,12 @@
 --   target       checkpoints_pkey (thread_id, checkpoint_ns, checkpoint_id): equality,
 --                or a backward range scan LIMIT 1 for the latest.
 --   each step    checkpoints_pkey: one equality lookup per ancestor.
---   fallback     checkpoint_blobs_pkey (thread_id, checkpoint_ns, channel, version).
---   writes       checkpoint_writes_pkey prefix (thread_id, checkpoint_ns, checkpoint_id),
---                channel filtered on the few rows of one checkpoint.
+--   claims       checkpoint_blobs_pkey (thread_id, checkpoint_ns, channel, version),
+--                at claimed seeds (and every active channel of a NULL row).
+--   writes       one range scan of checkpoint_writes_pkey (thread_id, checkpoint_ns,
+--                checkpoint_id between the lowest and highest id the walk visited),
+--                hash-joined to the walk: only visited checkpoints' writes are kept (a
+--                fork's rows in the range are read and dropped).
 --   seed blob    checkpoint_blobs_pkey, once per seeded channel.
 --   Every table reference, the recursive term and each join included, filters on
 --   thread_id and checkpoint_ns, so the statement is routable on partitioned or
@@ -90,59 +133,82 @@ walk AS (
         0 AS depth,
         t.checkpoint_id AS checkpoint_id,
         t.parent_checkpoint_id AS parent_checkpoint_id,
+        NULL::text AS xmin,
         %(channels)s::text[] AS active,
+        '{{}}'::text[] AS held,
         '{{}}'::text[] AS seeded,
-        TRUE AS ordered
+        '{{}}'::text[] AS ups,
+        FALSE AS looped
     FROM target AS t
     UNION ALL
     SELECT
         w.depth + 1 AS depth,
         p.checkpoint_id AS checkpoint_id,
         p.parent_checkpoint_id AS parent_checkpoint_id,
+        p.xmin AS xmin,
         n.active AS active,
+        h.held AS held,
         CASE
-            -- the common step: the row is ours and stores none of the active channels
+            -- the common step: the row is ours and claims none of the active channels
             WHEN p.stored_channels IS NOT NULL AND NOT (p.stored_channels && n.active)
                 THEN '{{}}'::text[]
             ELSE ARRAY(
                 SELECT ch FROM unnest(n.active) AS ch
-                WHERE CASE
-                    WHEN p.stored_channels IS NOT NULL THEN ch = ANY (p.stored_channels)
-                    ELSE jsonb_typeof(p.checkpoint -> 'channel_values' -> ch)
-                             IN ('string', 'number', 'boolean')
-                         OR (
-                             SELECT TRUE FROM {s}checkpoint_blobs AS b
-                             WHERE b.thread_id = %(thread_id)s
-                               AND b.checkpoint_ns = %(checkpoint_ns)s
-                               AND b.channel = ch
-                               AND b.version = p.checkpoint -> 'channel_versions' ->> ch
-                               AND b.type <> 'empty'
-                             LIMIT 1
-                         ) IS NOT NULL
-                END
+                WHERE ch <> ALL (h.held)
+                  AND (p.stored_channels IS NULL OR ch = ANY (p.stored_channels))
+                  AND (
+                      jsonb_typeof(p.checkpoint -> 'channel_values' -> ch)
+                          IN ('string', 'number', 'boolean')
+                      OR (
+                          SELECT TRUE FROM {s}checkpoint_blobs AS b
+                          WHERE b.thread_id = %(thread_id)s
+                            AND b.checkpoint_ns = %(checkpoint_ns)s
+                            AND b.channel = ch
+                            AND b.version = p.checkpoint -> 'channel_versions' ->> ch
+                            AND b.type <> 'empty'
+                          LIMIT 1
+                      ) IS NOT NULL
+                  )
             )
         END AS seeded,
-        p.checkpoint_id < w.checkpoint_id AS ordered
+        CASE WHEN p.checkpoint_id < w.checkpoint_id THEN w.ups
+             ELSE w.ups || p.checkpoint_id
+        END AS ups,
+        NOT (p.checkpoint_id < w.checkpoint_id) AND p.checkpoint_id = ANY (w.ups) AS looped
     FROM walk AS w
     CROSS JOIN LATERAL (
         SELECT CASE
-            WHEN cardinality(w.seeded) = 0 THEN w.active
-            ELSE ARRAY(SELECT ch FROM unnest(w.active) AS ch WHERE ch <> ALL (w.seeded))
+            WHEN cardinality(w.held) = 0 AND cardinality(w.seeded) = 0 THEN w.active
+            ELSE ARRAY(
+                SELECT ch FROM unnest(w.active) AS ch
+                WHERE ch <> ALL (w.held) AND ch <> ALL (w.seeded)
+            )
         END AS active
     ) AS n
     CROSS JOIN LATERAL (
-        SELECT p.checkpoint_id, p.parent_checkpoint_id, p.stored_channels, p.checkpoint
+        SELECT p.checkpoint_id, p.parent_checkpoint_id, p.stored_channels, p.checkpoint,
+               p.xmin::text AS xmin
         FROM {s}checkpoints AS p
         WHERE p.thread_id = %(thread_id)s
           AND p.checkpoint_ns = %(checkpoint_ns)s
           AND p.checkpoint_id = w.parent_checkpoint_id
         LIMIT 1
     ) AS p
-    WHERE w.ordered
+    CROSS JOIN LATERAL (
+        SELECT CASE
+            WHEN p.checkpoint_id = ANY (%(held_ids)s::text[]) THEN ARRAY(
+                SELECT ch FROM unnest(n.active) AS ch
+                WHERE ch || chr(31) || p.checkpoint_id || chr(31) || p.xmin
+                      = ANY (%(held_tokens)s::text[])
+            )
+            ELSE '{{}}'::text[]
+        END AS held
+    ) AS h
+    WHERE NOT w.looped
       AND w.depth < %(max_depth)s
       AND cardinality(n.active) > 0
 )
-SELECT r.kind, r.channel, r.task_id, r.type, r.blob, r.inline, r.checkpoint_id
+SELECT r.kind, r.channel, r.task_id, r.type, r.blob, r.inline, r.checkpoint_id, r.ref
 FROM (
     SELECT
         'w'::text AS kind,
@@ -154,18 +220,23 @@ FROM (
         cw.type AS type,
         cw.blob AS blob,
         NULL::jsonb AS inline,
-        w.checkpoint_id AS checkpoint_id
-    FROM walk AS w
-    CROSS JOIN LATERAL (
-        SELECT x.channel, x.task_id, x.task_path, x.idx, x.type, x.blob
+        w.checkpoint_id AS checkpoint_id,
+        NULL::text AS ref
+    FROM (
+        SELECT x.checkpoint_id, x.channel, x.task_id, x.task_path, x.idx, x.type, x.blob
         FROM {s}checkpoint_writes AS x
         WHERE x.thread_id = %(thread_id)s
           AND x.checkpoint_ns = %(checkpoint_ns)s
-          AND x.checkpoint_id = w.checkpoint_id
-          AND x.channel = ANY (w.active)
+          AND x.checkpoint_id >= (SELECT min(m.checkpoint_id) FROM walk AS m WHERE m.depth > 0)
+          AND x.checkpoint_id <= (SELECT max(m.checkpoint_id) FROM walk AS m WHERE m.depth > 0)
+          AND x.channel = ANY (%(channels)s::text[])
         OFFSET 0
     ) AS cw
-    WHERE w.depth > 0 AND w.ordered
+    JOIN walk AS w
+      ON w.checkpoint_id = cw.checkpoint_id
+     AND cw.channel = ANY (w.active)
+     AND cw.channel <> ALL (w.held)
+    WHERE w.depth > 0 AND NOT w.looped
     UNION ALL
     SELECT
         's'::text AS kind,
@@ -175,9 +246,10 @@ FROM (
         NULL::text AS task_path,
         NULL::integer AS idx,
         b.type AS type,
-        b.blob AS blob,
+        CASE WHEN b.token = ANY (%(seed_tokens)s::text[]) THEN NULL ELSE b.blob END AS blob,
         CASE WHEN b.type IS NULL THEN p.inline END AS inline,
-        w.checkpoint_id AS checkpoint_id
+        w.checkpoint_id AS checkpoint_id,
+        p.version || chr(31) || b.xmin AS ref
     FROM walk AS w
     CROSS JOIN LATERAL unnest(w.seeded) AS s(ch)
     CROSS JOIN LATERAL (
@@ -190,7 +262,8 @@ FROM (
         LIMIT 1
     ) AS p
     LEFT JOIN LATERAL (
-        SELECT x.type, x.blob
+        SELECT x.type, x.blob, x.xmin::text AS xmin,
+               s.ch || chr(31) || x.version || chr(31) || x.xmin::text AS token
         FROM {s}checkpoint_blobs AS x
         WHERE x.thread_id = %(thread_id)s
           AND x.checkpoint_ns = %(checkpoint_ns)s
@@ -199,7 +272,39 @@ FROM (
           AND x.type <> 'empty'
         LIMIT 1
     ) AS b ON TRUE
-    WHERE w.depth > 0 AND w.ordered AND cardinality(w.seeded) > 0
+    WHERE w.depth > 0 AND NOT w.looped AND cardinality(w.seeded) > 0
+    UNION ALL
+    SELECT
+        'h'::text AS kind,
+        w.depth AS depth,
+        hc.ch AS channel,
+        NULL::text AS task_id,
+        NULL::text AS task_path,
+        NULL::integer AS idx,
+        NULL::text AS type,
+        NULL::bytea AS blob,
+        NULL::jsonb AS inline,
+        w.checkpoint_id AS checkpoint_id,
+        NULL::text AS ref
+    FROM walk AS w
+    CROSS JOIN LATERAL unnest(w.held) AS hc(ch)
+    WHERE w.depth > 0 AND NOT w.looped AND cardinality(w.held) > 0
+    UNION ALL
+    SELECT
+        'c'::text AS kind,
+        w.depth AS depth,
+        NULL::text AS channel,
+        w.parent_checkpoint_id AS task_id,
+        NULL::text AS task_path,
+        NULL::integer AS idx,
+        NULL::text AS type,
+        NULL::bytea AS blob,
+        to_jsonb(ARRAY(SELECT ch FROM unnest(w.active) AS ch WHERE ch <> ALL (w.held)))
+            AS inline,
+        w.checkpoint_id AS checkpoint_id,
+        w.xmin AS ref
+    FROM walk AS w
+    WHERE %(nodes)s AND w.depth > 0 AND NOT w.looped
     UNION ALL
     SELECT
         'x'::text AS kind,
@@ -211,11 +316,15 @@ FROM (
         NULL::text AS type,
         NULL::bytea AS blob,
         NULL::jsonb AS inline,
-        w.checkpoint_id AS checkpoint_id
+        w.checkpoint_id AS checkpoint_id,
+        CASE WHEN w.looped THEN 'cycle' ELSE 'depth' END AS ref
     FROM walk AS w
-    WHERE NOT w.ordered
+    WHERE w.looped
        OR (w.depth >= %(max_depth)s
            AND w.parent_checkpoint_id IS NOT NULL
-           AND EXISTS (SELECT 1 FROM unnest(w.active) AS ch WHERE ch <> ALL (w.seeded)))
+           AND EXISTS (
+               SELECT 1 FROM unnest(w.active) AS ch
+               WHERE ch <> ALL (w.held) AND ch <> ALL (w.seeded)
+           ))
 ) AS r
 ORDER BY r.kind, r.depth DESC, r.task_path COLLATE "C", r.task_id COLLATE "C", r.idx

@@ -145,8 +145,10 @@ LIMIT 1
 -- that stores a value for the channel (the seed, inclusive), or up to the root, and the
 -- writes it would replay. A channel the target itself stores needs no walk (LangGraph
 -- only asks for history of channels missing from the checkpoint): depth 0.
--- "Stores a value" is read exactly as delta_history.sql reads it: stored_channels, or,
--- when that column is NULL, the inline primitive / non-"empty" blob at the version.
+-- "Stores a value" is read exactly as delta_history.sql reads it: a channel the row's
+-- stored_channels claims (every channel when that column is NULL) backed by an inline
+-- primitive or a non-"empty" blob at the version (a claim whose blob is gone: not stored).
+-- The walk follows parent pointers for any order of the ids, as delta_history.sql does.
 -- Parameters: thread_id, checkpoint_ns text, checkpoint_id text or NULL (NULL: the
 --   latest in the namespace), channels text[], max_depth int.
 -- Result columns (one row per requested channel, in the order given; no rows when the
@@ -160,7 +162,7 @@ LIMIT 1
 --   replay_writes bigint, replay_bytes bigint (writes of the channel from the seed
 --     inclusive to the target's parent: what DeltaChannel.replay_writes gets).
 -- Termination: as delta_history.sql: every channel seeded, the root, a missing parent,
---   a parent id that does not sort below its child (a corrupt pointer or a cycle), or
+--   a checkpoint met twice (a cycle, found within one extra lap through `ups`), or
 --   depth max_depth.
 -- Indexes: checkpoints_pkey per step, checkpoint_blobs_pkey for probes,
 --   checkpoint_writes_pkey prefix per visited checkpoint.
@@ -191,7 +193,9 @@ walk AS (
         NULL::text AS checkpoint_id,
         t.checkpoint_id AS parent_checkpoint_id,
         %(channels)s::text[] AS active,
-        '{{}}'::text[] AS seeded
+        '{{}}'::text[] AS seeded,
+        '{{}}'::text[] AS ups,
+        FALSE AS looped
     FROM target AS t
     UNION ALL
     SELECT
@@ -201,21 +205,26 @@ walk AS (
         n.active AS active,
         ARRAY(
             SELECT ch FROM unnest(n.active) AS ch
-            WHERE CASE
-                WHEN p.stored_channels IS NOT NULL THEN ch = ANY (p.stored_channels)
-                ELSE jsonb_typeof(p.checkpoint -> 'channel_values' -> ch)
-                         IN ('string', 'number', 'boolean')
-                     OR (
-                         SELECT TRUE FROM {s}checkpoint_blobs AS b
-                         WHERE b.thread_id = %(thread_id)s
-                           AND b.checkpoint_ns = %(checkpoint_ns)s
-                           AND b.channel = ch
-                           AND b.version = p.checkpoint -> 'channel_versions' ->> ch
-                           AND b.type <> 'empty'
-                         LIMIT 1
-                     ) IS NOT NULL
-            END
-        ) AS seeded
+            WHERE (p.stored_channels IS NULL OR ch = ANY (p.stored_channels))
+              AND (
+                  jsonb_typeof(p.checkpoint -> 'channel_values' -> ch)
+                      IN ('string', 'number', 'boolean')
+                  OR (
+                      SELECT TRUE FROM {s}checkpoint_blobs AS b
+                      WHERE b.thread_id = %(thread_id)s
+                        AND b.checkpoint_ns = %(checkpoint_ns)s
+                        AND b.channel = ch
+                        AND b.version = p.checkpoint -> 'channel_versions' ->> ch
+                        AND b.type <> 'empty'
+                      LIMIT 1
+                  ) IS NOT NULL
+              )
+        ) AS seeded,
+        CASE WHEN w.checkpoint_id IS NULL OR p.checkpoint_id < w.checkpoint_id THEN w.ups
+             ELSE w.ups || p.checkpoint_id
+        END AS ups,
+        w.checkpoint_id IS NOT NULL AND NOT (p.checkpoint_id < w.checkpoint_id)
+            AND p.checkpoint_id = ANY (w.ups) AS looped
     FROM walk AS w
     CROSS JOIN LATERAL (
         SELECT ARRAY(SELECT ch FROM unnest(w.active) AS ch WHERE ch <> ALL (w.seeded)) AS active
@@ -231,8 +240,12 @@ walk AS (
         LIMIT 1
     ) AS p
     WHERE w.depth < %(max_depth)s
-      AND (w.checkpoint_id IS NULL OR p.checkpoint_id < w.checkpoint_id)
+      AND NOT w.looped
       AND cardinality(n.active) > 0
+),
+visited AS (
+    -- a checkpoint met twice (a cycle) is not visited again
+    SELECT * FROM walk WHERE NOT looped
 ),
 per_channel AS (
     SELECT
@@ -249,7 +262,7 @@ per_channel AS (
         coalesce(sum(wr.n), 0)::bigint AS replay_writes,
         coalesce(sum(wr.bytes), 0)::bigint AS replay_bytes
     FROM unnest(%(channels)s::text[]) WITH ORDINALITY AS ch(channel, ord)
-    JOIN walk AS w ON TRUE
+    JOIN visited AS w ON TRUE
     LEFT JOIN LATERAL (
         SELECT count(*) AS n, sum(pg_column_size(cw.blob)) AS bytes
         FROM {s}checkpoint_writes AS cw

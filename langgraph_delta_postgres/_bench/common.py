@@ -115,7 +115,7 @@ class Interleaved:
                 once(name)
             self.samples.setdefault(name, [])
         for r in range(rounds):
-            order = names[r % len(names):] + names[: r % len(names)]
+            order = names[r % len(names) :] + names[: r % len(names)]
             if r % 2:
                 order.reverse()
             for name in order:
@@ -198,8 +198,9 @@ def scratch_database(admin_dsn: str, tag: str) -> Iterator[tuple[str, str]]:
             try:
                 yield _dsn_with(admin_dsn, options=f"-c search_path={name}"), f"schema {name}"
             finally:
-                admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
-                    sql.Identifier(name)))
+                admin.execute(
+                    sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name))
+                )
             return
     try:
         yield _dsn_with(admin_dsn, dbname=name), f"database {name}"
@@ -231,11 +232,18 @@ def _version(dist: str) -> str | None:
 
 def machine_facts(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     settings = {}
-    for s in ("server_version", "shared_buffers", "synchronous_commit", "fsync", "jit",
-              "default_toast_compression"):
+    for s in (
+        "server_version",
+        "shared_buffers",
+        "synchronous_commit",
+        "fsync",
+        "jit",
+        "default_toast_compression",
+    ):
         with contextlib.suppress(psycopg.Error):
-            settings[s] = str(_first(conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(s)))
-                                     .fetchone()))
+            settings[s] = str(
+                _first(conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(s))).fetchone())
+            )
     mem = None
     with contextlib.suppress(OSError, ValueError):
         with open("/proc/meminfo") as f:
@@ -290,12 +298,14 @@ def open_savers(dsn: str, proxies: dict[str, LatencyProxy | None], meter: Latenc
         d = proxy.dsn(dsn) if proxy else dsn
         a, b = connect_ours(d), connect_official(d)
         conns += [a, b]
-        by_rtt[label] = {"ours": DeltaPostgresSaver(a), "official": PostgresSaver(b)}
+        # cache_bytes=0: these sections time one call repeated; with the cache every
+        # repeat after the first would be answered from memory (loads.py times the cache)
+        by_rtt[label] = {"ours": DeltaPostgresSaver(a, cache_bytes=0), "official": PostgresSaver(b)}
     by_rtt["0"]["inmemory"] = InMemorySaver()
     a, b = connect_ours(meter.dsn(dsn)), connect_official(meter.dsn(dsn))
     conns += [a, b]
     counters = {"ours": StatementCounter(), "official": StatementCounter()}
     counters["ours"].attach(a)
     counters["official"].attach(b)
-    count = {"ours": DeltaPostgresSaver(a), "official": PostgresSaver(b)}
+    count = {"ours": DeltaPostgresSaver(a, cache_bytes=0), "official": PostgresSaver(b)}
     return Savers(by_rtt, count, counters, meter, conns)

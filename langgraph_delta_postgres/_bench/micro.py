@@ -13,6 +13,7 @@ from langchain_core.runnables import RunnableConfig
 from psycopg.rows import dict_row
 
 from .. import DeltaPostgresSaver
+from .._cache import NO_PLAN
 from .._workloads import build_graph, run_turns
 from .common import Interleaved, Savers, StatementCounter, connect_official, connect_ours
 from .proxy import LatencyProxy
@@ -81,6 +82,7 @@ def measure_history(
                 "checkpoint_id": checkpoint_id,
                 "channels": chs,
                 "max_depth": ours0.max_history_depth,
+                **NO_PLAN.params(),  # what a saver without a cache sends
             },
         )
         rows = cur.fetchall()

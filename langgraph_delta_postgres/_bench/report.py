@@ -139,6 +139,72 @@ def _targets(res: dict[str, Any]) -> list[str]:
     return L + [""]
 
 
+#: Issue targets for the loads section: official/ours at least this (cache on, cache off).
+LOAD_TARGETS = {
+    ("resume_loop", "coding_a"): (3.0, 1.5),
+    ("resume_loop", "messages"): (3.0, 2.0),
+    ("history_page", "coding_a"): (4.0, None),
+    ("history_page", "messages"): (4.0, None),
+}
+
+
+def _met(value: float, want: float | None) -> str:
+    if want is None:
+        return "-"
+    return f">= {want}x: {'yes' if value >= want else 'no'}"
+
+
+def loads_section(res: dict[str, Any]) -> list[str]:
+    loads = res.get("loads")
+    if not loads:
+        return []
+    L = [
+        "## Loads: resume loop and history page",
+        "",
+        "Threads written by the official saver through the workload's real graph (two "
+        "`DeltaChannel` fields) into a database it set up, then adopted by this package's "
+        "migrations; every saver reads the same rows. **Resume loop**: `get_state` at each "
+        "of the last 45 checkpoints of the thread, in chain order. **History page**: "
+        "`get_state_history(limit=10)`. Ours runs on a new saver object each round (its "
+        "cache starts empty), and again with `cache_bytes=0`; "
+        f"{loads['rounds']} interleaved rounds, 0 ms RTT, medians with [min-max]; ratios "
+        "are medians of the round-by-round ratios.",
+        "",
+        "| thread | load | ours ms | ours cache_bytes=0 ms | official ms | official/ours "
+        "| target | official/ours (cache_bytes=0) | target |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for e in loads["threads"].values():
+        for what in ("resume_loop", "history_page"):
+            r = e[what]
+            st = r["stats"]
+            on, off = r["official_over_ours"], r["official_over_ours_nocache"]
+            want_on, want_off = LOAD_TARGETS.get((what, e["workload"]), (None, None))
+            L.append(
+                f"| {e['workload']} {e['turns']} turns, snapshot {e['freq']} "
+                f"| {what.replace('_', ' ')} ({r['calls']} states) "
+                f"| {_ms(st['ours'])} | {_ms(st['ours_nocache'])} | {_ms(st['official'])} "
+                f"| {_x(on)} | {_met(on['median'], want_on)} "
+                f"| {_x(off)} | {_met(off['median'], want_off)} |"
+            )
+    h = loads.get("handout")
+    if h:
+        L += [
+            "",
+            f"How the cache hands out values: one real answer ({h['values']} values of the "
+            "messages thread), each way timed interleaved; *serde/x* is the fresh serde "
+            "decode's time over that way's (higher is faster). Only ways that give the "
+            "caller objects no later answer shares keep the isolation guarantee.",
+            "",
+            "| way | ms | serde/x | isolates |",
+            "|---|---|---|---|",
+        ]
+        for k, st in h["stats"].items():
+            ratio = _x(h["serde_over"][k]) if k in h["serde_over"] else "1.00x"
+            L.append(f"| {k} | {_ms(st)} | {ratio} | {'yes' if h['isolates'][k] else 'no'} |")
+    return L + [""]
+
+
 def markdown(res: dict[str, Any], img_rel: str, images: list[Path]) -> str:
     L: list[str] = []
     mach = res["machine"]
@@ -156,6 +222,7 @@ def markdown(res: dict[str, Any], img_rel: str, images: list[Path]) -> str:
         f"on {res['database']['source']} ({res['database']['scratch']}, dropped afterwards). "
         "Raw numbers: the JSON written by `--json`.",
         "",
+        *loads_section(res),
         "## Machine",
         "",
         f"- CPU: {mach['cpu_model']}, {mach['cpu_cores']} cores; memory {mach['memory_mb']} MB; "

@@ -206,9 +206,7 @@ class ThreadGen:
         rng.shuffle(st.writes)  # call order must not matter
 
 
-def _put_args(
-    thread_id: str, st: Step
-) -> tuple[RunnableConfig, Checkpoint, Any, dict[str, Any]]:
+def _put_args(thread_id: str, st: Step) -> tuple[RunnableConfig, Checkpoint, Any, dict[str, Any]]:
     """The ``put`` arguments of one generated step (shared by the sync and async writers)."""
     cp = empty_checkpoint()
     cp["id"] = st.checkpoint_id
@@ -248,6 +246,30 @@ def insert_empty_rows(dsn: str, thread_id: str, steps: Sequence[Step]) -> None:
             " VALUES (%s, %s, %s, %s, 'empty', NULL) ON CONFLICT DO NOTHING",
             rows,
         )
+
+
+@contextlib.contextmanager
+def skewed_clock(hours: float = 1.0) -> Iterator[None]:
+    """Checkpoint ids made inside come from a clock ``hours`` behind, as on a second
+    worker whose clock is behind: uuid6's monotonic guard is reset, as it is in another
+    process, so a child made here sorts below the parent made before (langgraph#8550)."""
+    from langgraph.checkpoint.base import id as id_mod
+
+    real = id_mod.time
+    shift = int(hours * 3600 * 1e9)
+
+    class _Behind:
+        @staticmethod
+        def time_ns() -> int:
+            return real.time_ns() - shift
+
+    id_mod._last_v6_timestamp = None
+    id_mod.time = _Behind  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        id_mod.time = real
+        id_mod._last_v6_timestamp = None
 
 
 def cfg(thread_id: str, ns: str = "", checkpoint_id: str | None = None) -> dict[str, Any]:

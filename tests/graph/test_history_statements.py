@@ -26,15 +26,19 @@ from tests.plugins.postgres import PgServer
 CHANNELS4 = ["a", "b", "c", "d"]
 
 
-def build_chain(saver: Any, thread: str, depth: int, channels: list[str]) -> list[str]:
+def build_chain(
+    saver: Any, thread: str, depth: int, channels: list[str], *, descending: bool = False
+) -> list[str]:
     """A chain of ``depth + 1`` checkpoints, a write per channel at each, no seeds: every
-    history call on the head walks to the root."""
+    history call on the head walks to the root. ``descending``: every child's id sorts
+    below its parent's (each step written by a worker whose clock is further behind)."""
     ids: list[str] = []
     parent: str | None = None
     versions: dict[str, str] = {}
+    made = sorted((str(uuid6()) for _ in range(depth + 1)), reverse=descending)
     for i in range(depth + 1):
         cp = empty_checkpoint()
-        cp["id"] = str(uuid6())
+        cp["id"] = made[i]
         new = {ch: f"{i + 1:032}.0" for ch in channels}
         versions.update(new)
         cp["channel_versions"] = dict(versions)
@@ -259,6 +263,47 @@ def test_cycle_in_parent_pointers_raises_fast(dsn: str) -> None:
         assert got == {"a": {"writes": [("task4", "a", 4), ("task5", "a", 5)], "seed": 5}}
 
 
+@pytest.mark.parametrize("cache_bytes", [0, 1 << 20])
+def test_descending_ids_are_followed_and_short_cycles_fail_fast(dsn: str, cache_bytes: int) -> None:
+    """Parent pointers are the only order (langgraph#8550): a chain whose every child
+    sorts below its parent (the worst case for the cycle check: every step is an "up"
+    step) answers as InMemorySaver does; a cycle of three is reported in milliseconds."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    mem = InMemorySaver()
+    mem_ids = build_chain(mem, "desc", 400, ["a", "b"], descending=True)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        saver = DeltaPostgresSaver(conn, cache_bytes=cache_bytes)
+        ids = build_chain(saver, "desc", 400, ["a", "b"], descending=True)
+        assert ids == sorted(ids, reverse=True)
+        for k in (400, 250, 3, 0):
+            got = saver.get_delta_channel_history(
+                config=cfg("desc", "", ids[k]), channels=["a", "b"]
+            )
+            want = mem.get_delta_channel_history(
+                config=cfg("desc", "", mem_ids[k]), channels=["a", "b"]
+            )
+            assert got == want
+            assert len(got["a"]["writes"]) == k
+        # latest is still the highest id in the namespace: here the root
+        assert saver.get_delta_channel_history(config=cfg("desc"), channels=["a"]) == {
+            "a": {"writes": []}
+        }
+        conn.execute(
+            "UPDATE checkpoints SET parent_checkpoint_id = %s WHERE thread_id = 'desc' "
+            "AND checkpoint_id = %s",
+            (ids[300], ids[298]),
+        )
+        saver = DeltaPostgresSaver(conn, cache_bytes=cache_bytes)
+        t0 = time.monotonic()
+        with pytest.raises(HistoryError, match="cycle"):
+            saver.get_delta_channel_history(config=cfg("desc", "", ids[301]), channels=["a"])
+        assert time.monotonic() - t0 < 1.0
+        # a target below the cycle does not meet it
+        got = saver.get_delta_channel_history(config=cfg("desc", "", ids[297]), channels=["a"])
+        assert len(got["a"]["writes"]) == 297
+
+
 async def test_cycle_async_raises(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         ids = build_chain(DeltaPostgresSaver(conn), "cyc", 4, ["a"])
@@ -298,6 +343,9 @@ def test_depth_guard(dsn: str) -> None:
         ids = build_chain(saver, "deep", 120, ["a"])
         full = saver.get_delta_channel_history(config=cfg("deep"), channels=["a"])
         assert len(full["a"]["writes"]) == 120
+        # the guard bounds the database walk: a saver whose cache already holds the
+        # chain does not walk it again, so take a fresh one
+        saver = DeltaPostgresSaver(conn)
         saver.max_history_depth = 50
         t0 = time.monotonic()
         with pytest.raises(HistoryError):

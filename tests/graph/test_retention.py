@@ -290,23 +290,7 @@ def chain_of(steps: Sequence[Step], st: Step, n: int) -> list[Step]:
     return out
 
 
-# Our get_delta_channel_history stops at a child whose id sorts below its parent's until
-# the parent walk of issue 12 (item 1) lands in delta_history.sql: then this passes and
-# the strict xfail fails, and the mark goes.
-PRUNE_SHAPES = [
-    pytest.param(
-        s,
-        marks=pytest.mark.xfail(
-            strict=True, raises=HistoryError, reason="delta_history: skewed ids (issue 12)"
-        ),
-    )
-    if s == "skewed"
-    else s
-    for s in sorted(SHAPES)
-]
-
-
-@pytest.mark.parametrize("shape", PRUNE_SHAPES)
+@pytest.mark.parametrize("shape", sorted(SHAPES))
 @pytest.mark.parametrize("keep_last", [1, 3])
 def test_prune_keeps_what_the_head_needs(dsn: str, shape: str, keep_last: int) -> None:
     """Written by ours and by the official saver; pruned by ours; the N latest of every
@@ -534,3 +518,25 @@ def test_delete_for_runs_after_a_snapshot_deletes_the_run(dsn: str) -> None:
         ours.delete_for_runs(["r0"])
         assert "r0" not in [t.metadata.get("run_id") for t in ours.list(T("A"))]
         assert observe(g, T("A")) == before
+
+
+def test_prune_and_delete_for_runs_clear_this_savers_cache(dsn: str) -> None:
+    builder = fanout_builder(100)
+    with DeltaPostgresSaver.from_conn_string(dsn) as ours:
+        cache = ours.history_cache
+        assert cache is not None
+        g = builder.compile(checkpointer=ours)
+        for i in range(3):
+            g.invoke({"items": [f"u{i}"]}, RUN("A", f"r{i}"))
+            g.invoke({"items": [f"u{i}"]}, RUN("B", f"s{i}"))
+        before = {t: observe(g, T(t)) for t in ("A", "B")}
+        assert len(cache) == 2
+        ours.prune(["A"], dry_run=True)
+        assert len(cache) == 2  # a dry run changes nothing
+        ours.prune(["A"])
+        assert len(cache) == 1
+        assert observe(g, T("A")) == before["A"]
+        assert len(cache) == 2
+        ours.delete_for_runs(["s2"])
+        assert len(cache) == 0
+        assert observe(g, T("A")) == before["A"]

@@ -87,7 +87,12 @@ def test_plan_cached_on_tiny_tables_stays_a_key_lookup(dsn: str) -> None:
         plan = "\n".join(
             r[0]
             for r in saver.conn.execute(
-                sql.SQL("EXPLAIN EXECUTE {}('grow', '', {}, ARRAY['ch'], 1000000)").format(
+                # parameters in order of first use: thread_id, checkpoint_ns, checkpoint_id,
+                # channels, held_ids, held_tokens, max_depth, seed_tokens, nodes
+                sql.SQL(
+                    "EXPLAIN EXECUTE {}('grow', '', {}, ARRAY['ch'], '{{}}', '{{}}', 1000000, "
+                    "'{{}}', true)"
+                ).format(
                     sql.Identifier(row[0]), sql.Literal(cfg["configurable"]["checkpoint_id"])
                 )
             )

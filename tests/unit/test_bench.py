@@ -63,7 +63,17 @@ def test_quick_path_json_and_report(pg_server: PgServer, tmp_path: Path) -> None
             assert r["ratio_official_ours"]["median"] > 0
     for key in ("history_a", "history_b"):
         assert res["headline"][key]["official_over_ours@0ms"] > 0
+    # loads: both threads, the three savers, equal states, the hand-out comparison
+    loads = res["loads"]
+    assert len(loads["threads"]) == 2
+    for e in loads["threads"].values():
+        assert e["states_equal"]
+        for what in ("resume_loop", "history_page"):
+            assert set(e[what]["stats"]) == {"ours", "ours_nocache", "official"}
+            assert e[what]["official_over_ours"]["median"] > 0
+    assert loads["handout"]["values"] > 0
     md = (tmp_path / "report" / "benchmarks.md").read_text()
+    assert "Loads: resume loop and history page" in md
     assert res["command"] in md
     assert list((tmp_path / "report" / "img").glob("*.png"))
     # the scratch database is gone

@@ -1,0 +1,205 @@
+"""Loads as an agent server pays them: a resume loop and a history page.
+
+Threads are written by the official ``PostgresSaver`` through the workload's real graph
+(two ``DeltaChannel`` fields) into a database it set up itself, which this package's
+migrations then adopt (the backfill fills the typed columns of those rows), so both
+savers read exactly the same rows, as after a switch from the official saver.
+
+* **resume loop**: ``get_state`` at each of the thread's last 45 checkpoints, in chain
+  order (oldest first), as successive resumes of a long-running agent do;
+* **history page**: ``get_state_history(limit=10)``, which LangGraph answers with one
+  history call per entry (Agent Server's /history and Studio ask for it).
+
+Per round: ours on a new saver object (its cache starts empty: the loop is timed from
+cold), ours with ``cache_bytes=0``, and the official saver, all on connections opened as
+each ``from_conn_string`` opens them; rounds are interleaved and ratios taken round by
+round. Graphs are compiled outside the timed call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from langchain_core.runnables import RunnableConfig
+
+from .. import DeltaPostgresSaver
+from .._workloads import build_graph, run_turns
+from ..migrate import migrate
+from .common import Interleaved, connect_official, connect_ours
+
+RESUME_LOOP = 45
+PAGE = 10
+
+
+@dataclass(frozen=True)
+class LoadThread:
+    key: str
+    workload: str
+    turns: int
+    freq: int
+
+
+def threads_for(scale_name: str) -> list[LoadThread]:
+    turns = {"full": (200, 1000), "quick": (30, 60), "tiny": (8, 10)}[scale_name]
+    return [
+        LoadThread(f"coding_a_{turns[0]}_k50", "coding_a", turns[0], 50),
+        LoadThread(f"messages_{turns[1]}_k1000", "messages", turns[1], 1000),
+    ]
+
+
+def _cfg(thread_id: str, checkpoint_id: str | None = None) -> RunnableConfig:
+    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
+    if checkpoint_id:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf}
+
+
+def _chain_tail(conn: psycopg.Connection[Any], thread_id: str, n: int) -> list[str]:
+    """The last ``n`` checkpoints of the thread's head chain, oldest first."""
+    rows = conn.execute(
+        "WITH RECURSIVE c AS ("
+        " (SELECT checkpoint_id, parent_checkpoint_id, 1 AS i FROM checkpoints"
+        "  WHERE thread_id = %(t)s AND checkpoint_ns = '' ORDER BY checkpoint_id DESC LIMIT 1)"
+        " UNION ALL"
+        " SELECT p.checkpoint_id, p.parent_checkpoint_id, c.i + 1 FROM c JOIN checkpoints p"
+        "  ON p.thread_id = %(t)s AND p.checkpoint_ns = ''"
+        "  AND p.checkpoint_id = c.parent_checkpoint_id"
+        "  WHERE c.i < %(n)s)"
+        " SELECT checkpoint_id FROM c ORDER BY i DESC",
+        {"t": thread_id, "n": n},
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+Timed = tuple[Callable[[], Any], Callable[[Any], Any]]
+
+
+def _loop(t: LoadThread, ids: Sequence[str], make: Callable[[], Any]) -> Timed:
+    """Untimed: a new saver and graph; timed: get_state at each checkpoint of ``ids``."""
+
+    def prepare() -> Any:
+        return build_graph(t.workload, make(), snapshot_frequency=t.freq)
+
+    def call(g: Any) -> list[Any]:
+        return [g.get_state(_cfg(t.key, cid)).values for cid in ids]
+
+    return (prepare, call)
+
+
+def _page(t: LoadThread, ids: Sequence[str], make: Callable[[], Any]) -> Timed:
+    """Untimed: a new saver and graph; timed: one get_state_history page."""
+
+    def prepare() -> Any:
+        return build_graph(t.workload, make(), snapshot_frequency=t.freq)
+
+    def call(g: Any) -> list[Any]:
+        return [s.values for s in g.get_state_history(_cfg(t.key), limit=PAGE)]
+
+    return (prepare, call)
+
+
+def handout_options(writes: Sequence[Any], serde: Any, rounds: int) -> dict[str, Any]:
+    """How an answer's values can be handed out, timed on one real answer (the writes of
+    a history call): a fresh serde decode (what a saver without a cache does), one
+    pickle per checkpoint, one pickle per fetched stretch (what the cache keeps),
+    ``copy.deepcopy``, and a shallow copy of the lists as ``DeltaChannel.copy()`` makes
+    (shares the message objects: a caller editing one changes later answers)."""
+    import copy
+    import pickle
+
+    typed = [serde.dumps_typed(w[2]) for w in writes]
+    per_value = [pickle.dumps([w], protocol=5) for w in writes]
+    stretch = pickle.dumps([list(writes)], protocol=5)
+    fns: dict[str, Callable[[], Any]] = {
+        "serde_decode": lambda: [serde.loads_typed(t) for t in typed],
+        "pickle_per_checkpoint": lambda: [pickle.loads(p) for p in per_value],
+        "pickle_per_stretch": lambda: pickle.loads(stretch),
+        "deepcopy": lambda: copy.deepcopy(list(writes)),
+        "shallow_copy": lambda: [
+            (a, b, list(v) if isinstance(v, list) else v) for a, b, v in writes
+        ],
+    }
+    iv = Interleaved()
+    iv.run(fns, rounds)
+    return {
+        "values": len(writes),
+        "stats": {k: iv.stats(k) for k in fns},
+        "serde_over": {k: iv.ratio("serde_decode", k) for k in fns if k != "serde_decode"},
+        "isolates": {k: k != "shallow_copy" for k in fns},
+    }
+
+
+def run_loads(dsn: str, scale_name: str, rounds: int, log: Callable[[str], None]) -> dict[str, Any]:
+    """``dsn``: an empty database (the official saver sets it up, ours adopts it)."""
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    specs = threads_for(scale_name)
+    ours_conn, off_conn = connect_ours(dsn), connect_official(dsn)
+    out: dict[str, Any] = {"rounds": rounds, "threads": {}}
+    try:
+        writer = PostgresSaver(off_conn)
+        writer.setup()
+        for t in specs:
+            log(f"  loads: writing {t.key} with the official saver ({t.turns} turns)")
+            g = build_graph(t.workload, writer, snapshot_frequency=t.freq)
+            run_turns(g, t.workload, t.key, t.turns)
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            migrate(admin)  # adopt: the official saver's database becomes ours
+            admin.execute("ANALYZE")
+            tails = {t.key: _chain_tail(admin, t.key, RESUME_LOOP) for t in specs}
+
+        def savers() -> dict[str, Callable[[], Any]]:
+            return {
+                "ours": lambda: DeltaPostgresSaver(ours_conn),
+                "ours_nocache": lambda: DeltaPostgresSaver(ours_conn, cache_bytes=0),
+                "official": lambda: PostgresSaver(off_conn),
+            }
+
+        for t in specs:
+            entry: dict[str, Any] = {"workload": t.workload, "turns": t.turns, "freq": t.freq}
+            ids = tails[t.key]
+
+            # the answers agree before anything is timed
+            same = {}
+            for name, make in savers().items():
+                prep, call = _loop(t, ids, make)
+                same[name] = call(prep())
+            entry["states_equal"] = same["ours"] == same["official"] == same["ours_nocache"]
+            for what, fn in (("resume_loop", _loop), ("history_page", _page)):
+                iv = Interleaved()
+                iv.run({name: fn(t, ids, make) for name, make in savers().items()}, rounds)
+                entry[what] = {
+                    "stats": {name: iv.stats(name) for name in savers()},
+                    "official_over_ours": iv.ratio("official", "ours"),
+                    "official_over_ours_nocache": iv.ratio("official", "ours_nocache"),
+                    "calls": len(ids) if what == "resume_loop" else PAGE,
+                }
+                r = entry[what]
+                log(
+                    f"  {t.key} {what}: official/ours {r['official_over_ours']['median']:.2f}x, "
+                    f"official/ours(cache_bytes=0) "
+                    f"{r['official_over_ours_nocache']['median']:.2f}x "
+                    f"(ours {r['stats']['ours']['median_ms']:.1f} ms, "
+                    f"nocache {r['stats']['ours_nocache']['median_ms']:.1f} ms, "
+                    f"official {r['stats']['official']['median_ms']:.1f} ms)"
+                )
+            if t.workload == "messages":
+                hist = DeltaPostgresSaver(ours_conn, cache_bytes=0).get_delta_channel_history(
+                    config=_cfg(t.key, ids[-1]), channels=["messages", "files"]
+                )
+                writes = [w for ch in ("messages", "files") for w in hist[ch]["writes"]]
+                out["handout"] = handout_options(writes, writer.serde, max(rounds, 5))
+                h = out["handout"]["serde_over"]
+                log(
+                    "  hand-out of "
+                    f"{len(writes)} values, serde decode / option: "
+                    + ", ".join(f"{k} {v['median']:.2f}x" for k, v in h.items())
+                )
+            out["threads"][t.key] = entry
+    finally:
+        ours_conn.close()
+        off_conn.close()
+    return out

@@ -1,0 +1,287 @@
+"""The decoded-value cache of get_delta_channel_history: isolation of answers, no stale
+rows after a thread is written again (by this saver or another), the memory budget,
+and what the statement sends when the client holds a chain or a seed."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+from typing import Annotated, Any, TypedDict
+
+import psycopg
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.channels.delta import DeltaChannel
+from langgraph.graph import START, StateGraph
+
+from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
+from langgraph_delta_postgres._bench.rows import write_chain
+from langgraph_delta_postgres._cache import HistoryCache
+from tests.graph._util import canon, canon_history
+
+CHANNELS = ["messages", "files"]
+
+
+def _cfg(thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
+    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
+    if checkpoint_id:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf}
+
+
+def _add(state: list[Any], writes: list[Any]) -> list[Any]:
+    out = list(state)
+    for w in writes:
+        out.extend(w if isinstance(w, list) else [w])
+    return out
+
+
+class State(TypedDict):
+    messages: Annotated[list[Any], DeltaChannel(_add, snapshot_frequency=4)]
+    files: Annotated[list[Any], DeltaChannel(_add, snapshot_frequency=3)]
+
+
+def _chat(state: State) -> dict[str, Any]:
+    n = len(state["messages"])
+    return {
+        "messages": [AIMessage(content=f"reply {n}", additional_kwargs={"n": n})],
+        "files": [{"path": f"f{n}", "lines": [n]}],
+    }
+
+
+def _graph(saver: Any) -> Any:
+    b = StateGraph(State)
+    b.add_node("chat", _chat)
+    b.add_edge(START, "chat")
+    return b.compile(checkpointer=saver)
+
+
+def _run_turns(graph: Any, thread_id: str, turns: int) -> None:
+    for i in range(turns):
+        graph.invoke({"messages": [HumanMessage(content=f"turn {i}")]}, _cfg(thread_id))
+
+
+def test_answers_are_isolated_from_callers(dsn: str) -> None:
+    with DeltaPostgresSaver.from_conn_string(dsn) as saver:
+        graph = _graph(saver)
+        _run_turns(graph, "iso", 9)
+        latest = saver.get_tuple(_cfg("iso"))
+        assert latest is not None
+        first = saver.get_delta_channel_history(config=latest.config, channels=CHANNELS)
+        expected = canon_history(first)
+        assert first["messages"]["writes"] and "seed" in first["messages"]
+        # mutate everything a caller can reach
+        for entry in first.values():
+            for _, _, value in entry["writes"]:
+                for item in value:
+                    if isinstance(item, AIMessage):
+                        item.content = "MUTATED"
+                        item.additional_kwargs["n"] = -1
+                    elif isinstance(item, dict):
+                        item["path"] = "MUTATED"
+                        item["lines"].append(-1)
+            entry["writes"].append(("x", "y", "z"))
+            seed = entry.get("seed")
+            if seed is not None:
+                seed.value.append("MUTATED")  # a _DeltaSnapshot
+        assert saver.history_cache is not None and saver.history_cache.nbytes > 0
+        second = saver.get_delta_channel_history(config=latest.config, channels=CHANNELS)
+        assert saver.history_cache.chain_hits > 0
+        assert canon_history(second) == expected
+        # and through the graph: state built from the cache, then mutated, stays private
+        state = graph.get_state(_cfg("iso"))
+        state.values["messages"][0].content = "MUTATED"
+        state.values["messages"].append("MUTATED")
+        again = graph.get_state(_cfg("iso"))
+        with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as fresh:
+            assert canon(again.values) == canon(_graph(fresh).get_state(_cfg("iso")).values)
+
+
+def _rewrite_thread(dsn: str, thread_id: str) -> None:
+    """Delete the thread and write it again under the same checkpoint ids, with every
+    write's value replaced by another write's (as another process restoring a different
+    copy would): same ids, other rows."""
+    with psycopg.connect(dsn, autocommit=False) as conn:
+        for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"):
+            conn.execute(
+                f"CREATE TEMP TABLE keep_{table} ON COMMIT DROP AS "
+                f"SELECT * FROM {table} WHERE thread_id = %s",
+                (thread_id,),
+            )
+            conn.execute(f"DELETE FROM {table} WHERE thread_id = %s", (thread_id,))
+        conn.execute(
+            "UPDATE keep_checkpoint_writes AS w SET blob = o.blob FROM ("
+            " SELECT checkpoint_id, task_id, idx,"
+            "  lag(blob) OVER (ORDER BY checkpoint_id, task_id, idx) AS blob"
+            " FROM keep_checkpoint_writes) AS o"
+            " WHERE o.blob IS NOT NULL AND w.checkpoint_id = o.checkpoint_id"
+            " AND w.task_id = o.task_id AND w.idx = o.idx"
+        )
+        for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"):
+            conn.execute(f"INSERT INTO {table} SELECT * FROM keep_{table}")
+        conn.commit()
+
+
+def test_thread_written_again_under_the_same_ids_is_never_stale(dsn: str) -> None:
+    with DeltaPostgresSaver.from_conn_string(dsn) as saver:
+        chain = write_chain(saver, "again", 60, CHANNELS)
+        targets = [_cfg("again", cid) for cid in chain.ids[-12:]] + [_cfg("again")]
+        before = [saver.get_delta_channel_history(config=t, channels=CHANNELS) for t in targets]
+        for t in targets:  # warm: every answer now comes from held chains
+            saver.get_delta_channel_history(config=t, channels=CHANNELS)
+        assert saver.history_cache is not None and saver.history_cache.chain_hits > 0
+        _rewrite_thread(dsn, "again")  # by another connection: the saver is not told
+        with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as fresh:
+            for t, old in zip(targets, before, strict=True):
+                want = canon_history(fresh.get_delta_channel_history(config=t, channels=CHANNELS))
+                got = canon_history(saver.get_delta_channel_history(config=t, channels=CHANNELS))
+                assert got == want
+                assert got != canon_history(old)  # the rewrite changed every answer
+
+
+def test_own_maintenance_forgets_threads(dsn: str) -> None:
+    with DeltaPostgresSaver.from_conn_string(dsn) as saver:
+        write_chain(saver, "gone", 20, CHANNELS)
+        write_chain(saver, "kept", 20, CHANNELS)
+        for t in ("gone", "kept"):
+            saver.get_delta_channel_history(config=_cfg(t), channels=CHANNELS)
+        cache = saver.history_cache
+        assert cache is not None and len(cache) == 2
+        saver.delete_thread("gone")
+        assert len(cache) == 1
+        assert saver.get_delta_channel_history(config=_cfg("gone"), channels=CHANNELS) == {
+            ch: {"writes": []} for ch in CHANNELS
+        }
+        saver.copy_thread("kept", "copy")
+        assert canon_history(
+            saver.get_delta_channel_history(config=_cfg("copy"), channels=CHANNELS)
+        ) == canon_history(saver.get_delta_channel_history(config=_cfg("kept"), channels=CHANNELS))
+
+
+def test_budget_is_never_exceeded(dsn: str) -> None:
+    budget = 200_000
+    with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=budget) as saver:
+        chains = {t: write_chain(saver, t, 40, CHANNELS) for t in ("b1", "b2", "b3", "b4")}
+        cache = saver.history_cache
+        assert cache is not None
+        with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as fresh:
+            for rnd in range(2):
+                for t, chain in chains.items():
+                    for cid in chain.ids[-10:]:
+                        cfg = _cfg(t, cid)
+                        got = saver.get_delta_channel_history(config=cfg, channels=CHANNELS)
+                        assert cache.nbytes <= budget
+                        if rnd:
+                            assert canon_history(got) == canon_history(
+                                fresh.get_delta_channel_history(config=cfg, channels=CHANNELS)
+                            )
+        assert 0 < cache.nbytes <= budget
+        assert 1 <= len(cache) < 4  # buckets were evicted to stay within it
+
+
+def test_memory_of_a_1000_turn_run_stays_within_budget(dsn: str) -> None:
+    """The real memory the cache holds (tracemalloc) is within its budget plus 10%,
+    over a resume loop along a 3,000-checkpoint (1,000-turn) thread."""
+    budget = 4 << 20
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        writer = DeltaPostgresSaver(conn, cache_bytes=0)
+        chain = write_chain(writer, "big", 3000, CHANNELS)
+        saver = DeltaPostgresSaver(conn, cache_bytes=budget)
+        cache = saver.history_cache
+        assert cache is not None
+        gc.collect()
+        tracemalloc.start()
+        try:
+            peak_held = 0
+            for cid in chain.ids[-60:]:
+                saver.get_delta_channel_history(config=_cfg("big", cid), channels=CHANNELS)
+                assert cache.nbytes <= budget
+                gc.collect()
+                with_cache = tracemalloc.get_traced_memory()[0]
+                peak_held = max(peak_held, cache.nbytes)
+            cache.clear()
+            gc.collect()
+            without = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        assert peak_held > budget // 4, "the run did not fill the cache enough to measure"
+        assert with_cache - without <= 1.1 * budget
+        # and the cache's own count is an honest estimate of what it holds
+        assert with_cache - without <= 1.1 * peak_held
+
+
+def test_statement_sends_no_blob_the_client_holds(dsn: str) -> None:
+    with DeltaPostgresSaver.from_conn_string(dsn) as saver:
+        graph = _graph(saver)
+        _run_turns(graph, "held", 7)
+        cfg = _cfg("held")
+        saver.get_delta_channel_history(config=cfg, channels=CHANNELS)
+        cache = saver.history_cache
+        assert cache is not None
+        latest = saver.get_tuple(cfg)
+        assert latest is not None
+        plan = cache.plan("held", "", latest.config["configurable"]["checkpoint_id"], CHANNELS)
+        assert plan.held_tokens and plan.seed_tokens
+        with saver._connection() as conn, conn.cursor(binary=True) as cur:
+            cur.execute(
+                saver.queries["delta_history"],
+                {
+                    "thread_id": "held",
+                    "checkpoint_ns": "",
+                    "checkpoint_id": None,
+                    "channels": CHANNELS,
+                    "max_depth": saver.max_history_depth,
+                    **plan.params(),
+                },
+            )
+            rows = cur.fetchall()
+        # the parent is held for both channels: one 'c' row and one 'h' row each
+        assert sorted(r[0] for r in rows) == ["c", "h", "h"]
+        # without the chains (dropped by hand) but with the seeds: the walk goes down
+        # to the seeds again, and the statement names them instead of sending them
+        bucket = cache._buckets[("held", "")]
+        bucket.ok.clear()
+        bucket.tops.clear()
+        before = cache.seed_hits
+        got = saver.get_delta_channel_history(config=cfg, channels=CHANNELS)
+        assert cache.seed_hits == before + 2
+        with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as fresh:
+            assert canon_history(got) == canon_history(
+                fresh.get_delta_channel_history(config=cfg, channels=CHANNELS)
+            )
+
+
+def test_history_page_through_a_graph(dsn: str) -> None:
+    """get_state_history pages answered with the cache (twice: cold, then warm) equal
+    the same pages without it, on the same rows."""
+    with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as plain:
+        _run_turns(_graph(plain), "page", 25)
+        want = [canon((s.values, s.next)) for s in _graph(plain).get_state_history(_cfg("page"))]
+    with DeltaPostgresSaver.from_conn_string(dsn) as saver:
+        graph = _graph(saver)
+        for _ in range(2):
+            got = [canon((s.values, s.next)) for s in graph.get_state_history(_cfg("page"))]
+            assert got == want
+            page = [
+                canon((s.values, s.next)) for s in graph.get_state_history(_cfg("page"), limit=10)
+            ]
+            assert page == want[:10]
+        assert saver.history_cache is not None and saver.history_cache.chain_hits > 0
+
+
+async def test_async_saver_uses_the_cache(dsn: str) -> None:
+    async with AsyncDeltaPostgresSaver.from_conn_string(dsn) as saver:
+        graph = _graph(saver)
+        for i in range(8):
+            await graph.ainvoke({"messages": [HumanMessage(content=f"t{i}")]}, _cfg("aio"))
+        states = [s async for s in graph.aget_state_history(_cfg("aio"), limit=6)]
+        assert saver.history_cache is not None and saver.history_cache.chain_hits > 0
+    with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as fresh:
+        want = list(_graph(fresh).get_state_history(_cfg("aio"), limit=6))
+    assert [canon(s.values) for s in states] == [canon(s.values) for s in want]
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "10", True])
+def test_cache_bytes_must_be_a_non_negative_int(bad: Any) -> None:
+    with pytest.raises(ValueError, match="cache_bytes"):
+        HistoryCache(bad)
