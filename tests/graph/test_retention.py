@@ -540,3 +540,37 @@ def test_prune_and_delete_for_runs_clear_this_savers_cache(dsn: str) -> None:
         ours.delete_for_runs(["s2"])
         assert len(cache) == 0
         assert observe(g, T("A")) == before["A"]
+
+
+def test_keepset_plan_cached_on_tiny_tables_stays_a_key_lookup(dsn: str) -> None:
+    """The keep-set statement prepared (plan cached) while the thread holds 3 rows is
+    still one primary-key lookup per step once it holds 300."""
+    from langgraph.checkpoint.base import empty_checkpoint
+    from psycopg import sql as psql
+
+    with DeltaPostgresSaver.from_conn_string(dsn, prepare_threshold=0) as saver:
+        assert isinstance(saver.conn, psycopg.Connection)
+        c: Any = cfg("grow")
+        for step in range(300):
+            cp = empty_checkpoint()
+            cp["channel_versions"] = {"ch": saver.get_next_version(None, None)}
+            c = saver.put(c, cp, {"source": "loop", "step": step}, {})
+            if step == 2:
+                saver.get_delta_channel_keepset(config=c, channels=["ch"])
+        assert len(saver.get_delta_channel_keepset(config=c, channels=["ch"])) == 300
+        row = saver.conn.execute(
+            "SELECT name FROM pg_prepared_statements "
+            "WHERE statement LIKE 'WITH RECURSIVE%%' AND statement LIKE '%%met_twice%%'"
+        ).fetchone()
+        assert row is not None
+        # parameters in order of first use: thread_id, checkpoint_ns, checkpoint_id,
+        # channels, keep_last, max_depth
+        plan = "\n".join(
+            r[0]
+            for r in saver.conn.execute(
+                psql.SQL("EXPLAIN EXECUTE {}('grow', '', {}, ARRAY['ch'], 1, 1000000)").format(
+                    psql.Identifier(row[0]), psql.Literal(c["configurable"]["checkpoint_id"])
+                )
+            )
+        )
+        assert "Seq Scan" not in plan and "checkpoints_pkey" in plan, plan
