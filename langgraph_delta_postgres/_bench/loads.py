@@ -5,13 +5,17 @@ Threads are written by the official ``PostgresSaver`` through the workload's rea
 migrations then adopt (the backfill fills the typed columns of those rows), so both
 savers read exactly the same rows, as after a switch from the official saver.
 
-* **resume loop**: ``get_state`` at each of the thread's last 45 checkpoints, in chain
-  order (oldest first), as successive resumes of a long-running agent do;
+* **resume loop**: at each of the thread's last 45 checkpoints, in chain order (oldest
+  first), as successive resumes of a long-running agent do, what the saver is asked:
+  ``get_tuple`` and the history of the two DeltaChannel fields; and the same loop as
+  ``get_state`` through the graph (which adds the graph's own state building, the same
+  for every saver);
 * **history page**: ``get_state_history(limit=10)``, which LangGraph answers with one
   history call per entry (Agent Server's /history and Studio ask for it).
 
 Per round: ours on a new saver object (its cache starts empty: the loop is timed from
-cold), ours with ``cache_bytes=0``, and the official saver, all on connections opened as
+cold), ours on one saver kept across rounds (warm: as a server that loaded the thread
+before), ours with ``cache_bytes=0``, and the official saver, all on connections opened as
 each ``from_conn_string`` opens them; rounds are interleaved and ratios taken round by
 round. Graphs are compiled outside the timed call.
 """
@@ -32,6 +36,7 @@ from .common import Interleaved, connect_official, connect_ours
 
 RESUME_LOOP = 45
 PAGE = 10
+CHANNELS = ["messages", "files"]  # the workloads' DeltaChannel fields
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,22 @@ def _loop(t: LoadThread, ids: Sequence[str], make: Callable[[], Any]) -> Timed:
         return [g.get_state(_cfg(t.key, cid)).values for cid in ids]
 
     return (prepare, call)
+
+
+def _saver_loop(t: LoadThread, ids: Sequence[str], make: Callable[[], Any]) -> Timed:
+    """Untimed: a new saver; timed: what a resume asks of the saver at each checkpoint of
+    ``ids`` (get_tuple, then the history of the two DeltaChannel fields), without the
+    graph's own work of building the state (the same for every saver)."""
+
+    def call(saver: Any) -> list[Any]:
+        out = []
+        for cid in ids:
+            cfg = _cfg(t.key, cid)
+            out.append(saver.get_tuple(cfg))
+            out.append(saver.get_delta_channel_history(config=cfg, channels=CHANNELS))
+        return out
+
+    return (make, call)
 
 
 def _page(t: LoadThread, ids: Sequence[str], make: Callable[[], Any]) -> Timed:
@@ -151,9 +172,12 @@ def run_loads(dsn: str, scale_name: str, rounds: int, log: Callable[[str], None]
             admin.execute("ANALYZE")
             tails = {t.key: _chain_tail(admin, t.key, RESUME_LOOP) for t in specs}
 
+        warm = DeltaPostgresSaver(ours_conn)  # one saver for every round: a server's
+
         def savers() -> dict[str, Callable[[], Any]]:
             return {
                 "ours": lambda: DeltaPostgresSaver(ours_conn),
+                "ours_warm": lambda: warm,
                 "ours_nocache": lambda: DeltaPostgresSaver(ours_conn, cache_bytes=0),
                 "official": lambda: PostgresSaver(off_conn),
             }
@@ -167,15 +191,22 @@ def run_loads(dsn: str, scale_name: str, rounds: int, log: Callable[[str], None]
             for name, make in savers().items():
                 prep, call = _loop(t, ids, make)
                 same[name] = call(prep())
-            entry["states_equal"] = same["ours"] == same["official"] == same["ours_nocache"]
-            for what, fn in (("resume_loop", _loop), ("history_page", _page)):
+            entry["states_equal"] = (
+                same["ours"] == same["official"] == same["ours_nocache"] == same["ours_warm"]
+            )
+            for what, fn in (
+                ("resume_loop", _saver_loop),
+                ("resume_loop_graph", _loop),
+                ("history_page", _page),
+            ):
                 iv = Interleaved()
                 iv.run({name: fn(t, ids, make) for name, make in savers().items()}, rounds)
                 entry[what] = {
                     "stats": {name: iv.stats(name) for name in savers()},
                     "official_over_ours": iv.ratio("official", "ours"),
                     "official_over_ours_nocache": iv.ratio("official", "ours_nocache"),
-                    "calls": len(ids) if what == "resume_loop" else PAGE,
+                    "official_over_ours_warm": iv.ratio("official", "ours_warm"),
+                    "calls": PAGE if what == "history_page" else len(ids),
                 }
                 r = entry[what]
                 log(
@@ -188,9 +219,9 @@ def run_loads(dsn: str, scale_name: str, rounds: int, log: Callable[[str], None]
                 )
             if t.workload == "messages":
                 hist = DeltaPostgresSaver(ours_conn, cache_bytes=0).get_delta_channel_history(
-                    config=_cfg(t.key, ids[-1]), channels=["messages", "files"]
+                    config=_cfg(t.key, ids[-1]), channels=CHANNELS
                 )
-                writes = [w for ch in ("messages", "files") for w in hist[ch]["writes"]]
+                writes = [w for ch in CHANNELS for w in hist[ch]["writes"]]
                 out["handout"] = handout_options(writes, writer.serde, max(rounds, 5))
                 h = out["handout"]["serde_over"]
                 log(

@@ -209,34 +209,47 @@ def test_any_id_order_and_cache(dsn: str, shape: str, cache_bytes: int) -> None:
         assert any(st.parent_id is not None and st.checkpoint_id < st.parent_id for st in steps), (
             "the generator made no skewed child"
         )
-    mem = InMemorySaver()
-    apply_steps(mem, "T", steps)
     with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=cache_bytes) as ours:
-        apply_steps(ours, "T", steps)
-        order = targets(steps, "T") * 2
-        rng.shuffle(order)
-        for config in order:
-            for chans in QUERY_CHANNELS:
-                where = f"{config['configurable']} channels={chans}"
-                got = canon_history(ours.get_delta_channel_history(config=config, channels=chans))
-                memory = canon_history(mem.get_delta_channel_history(config=config, channels=chans))
-                assert list(got) == _dedup(chans), where
-                for ch in got:
-                    if memory[ch].get("seed") == ("NoneType", None):
-                        continue  # documented divergence (module docstring)
-                    assert got[ch] == memory[ch], f"{ch!r} at {where}"
+        # the thread is written, read, then deleted and written again with another
+        # history by a different saver (this one's cache is not told) and read again
+        for rewrite in range(2):
+            if rewrite:
+                steps = {**SHAPES, "skewed": skewed}[shape](random.Random(f"again-{shape}"))
+            mem = InMemorySaver()
+            apply_steps(mem, "T", steps)
+            with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as other:
+                other.delete_thread("T")
+                apply_steps(other, "T", steps)
+            order = targets(steps, "T") * 2
+            rng.shuffle(order)
+            for config in order:
+                for chans in QUERY_CHANNELS:
+                    where = f"{config['configurable']} channels={chans} rewrite={rewrite}"
+                    got = canon_history(
+                        ours.get_delta_channel_history(config=config, channels=chans)
+                    )
+                    memory = canon_history(
+                        mem.get_delta_channel_history(config=config, channels=chans)
+                    )
+                    assert list(got) == _dedup(chans), where
+                    for ch in got:
+                        if memory[ch].get("seed") == ("NoneType", None):
+                            continue  # documented divergence (module docstring)
+                        assert got[ch] == memory[ch], f"{ch!r} at {where}"
         if cache_bytes:
             assert ours.history_cache is not None
             assert ours.history_cache.nbytes <= cache_bytes
             assert ours.history_cache.chain_hits > 0
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize(
+    ("seed", "cache_bytes"), [(1, 64 << 20), (2, 64 << 20), (3, 64 << 20), (1, 0)]
+)
 @pytest.mark.parametrize("shape", list(SHAPES))
-def test_generated_histories_sync(dsn: str, shape: str, seed: int) -> None:
+def test_generated_histories_sync(dsn: str, shape: str, seed: int, cache_bytes: int) -> None:
     rng = random.Random(f"{shape}-{seed}")
     steps = SHAPES[shape](rng)
-    with DeltaPostgresSaver.from_conn_string(dsn) as ours:
+    with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=cache_bytes) as ours:
         mem = write_all(dsn, steps, ours)
 
         def get(config: dict[str, Any], chans: list[str]) -> dict[str, Any]:

@@ -68,8 +68,8 @@ def test_quick_path_json_and_report(pg_server: PgServer, tmp_path: Path) -> None
     assert len(loads["threads"]) == 2
     for e in loads["threads"].values():
         assert e["states_equal"]
-        for what in ("resume_loop", "history_page"):
-            assert set(e[what]["stats"]) == {"ours", "ours_nocache", "official"}
+        for what in ("resume_loop", "resume_loop_graph", "history_page"):
+            assert set(e[what]["stats"]) == {"ours", "ours_warm", "ours_nocache", "official"}
             assert e[what]["official_over_ours"]["median"] > 0
     assert loads["handout"]["values"] > 0
     md = (tmp_path / "report" / "benchmarks.md").read_text()
