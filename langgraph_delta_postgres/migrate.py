@@ -78,6 +78,8 @@ class Status:
     applied: list[Applied] = field(default_factory=list)
     pending: list[Migration] = field(default_factory=list)
     drifted: list[tuple[Applied, Migration | None]] = field(default_factory=list)
+    #: status() of a ``schema`` that does not exist (``migrate`` would create it).
+    schema_missing: bool = False
 
     @property
     def ok(self) -> bool:
@@ -282,14 +284,22 @@ def status(conn: Connection[Any], *, schema: str | None = None) -> Status:
     """Applied, pending and drifted migrations, without changing anything."""
     migrations = discover()
     q = Queries(schema)
-    ledger_name = f'"{schema}".{LEDGER}' if schema else LEDGER
+    # to_regclass() parses a qualified name: quote the schema as an identifier.
+    ledger = sql.Identifier(schema, LEDGER) if schema else sql.Identifier(LEDGER)
     with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(q["migrate.ledger_exists"], {"ledger": ledger_name})
+        cur.execute(q["migrate.ledger_exists"], {"ledger": ledger.as_string(conn)})
         row = cur.fetchone()
         rows = []
         if row and row["found"]:
             cur.execute(q["migrate.select_ledger"])
             rows = cur.fetchall()
+        schema_missing = False
+        if schema is not None and not rows:
+            cur.execute(q["migrate.schema_exists"], {"schema": schema})
+            found = cur.fetchone()
+            schema_missing = not (found and found["found"])
     if not conn.autocommit:
         conn.rollback()
-    return _compare(migrations, rows)
+    st = _compare(migrations, rows)
+    st.schema_missing = schema_missing
+    return st

@@ -1,0 +1,256 @@
+"""Integrity defects of issue 13 (race, fault and bad-input probes), each on real Postgres:
+schema names, dead pooled connections, connect timeout, corrupt rows, missing tables."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+import langgraph_delta_postgres._core as core
+from langgraph_delta_postgres import (
+    AsyncDeltaPostgresSaver,
+    CorruptCheckpointError,
+    DeltaPostgresSaver,
+    SetupRequiredError,
+)
+from langgraph_delta_postgres.migrate import amigrate, migrate, status
+from tests.integration._helpers import cfg, open_saver, put_chain
+from tests.plugins.savers import SaverFactory
+
+# ---------------------------------------------------------------- 3: schema names
+
+LONG_A = "tenant_" + "x" * 56 + "_a"  # 65 bytes: Postgres would keep the first 63
+LONG_B = "tenant_" + "x" * 56 + "_b"  # same first 63 bytes as LONG_A
+MAX_OK = "t" * 61 + "\u00e9"  # exactly 63 bytes in UTF-8
+QUOTED = 'ten"ant'
+
+
+async def test_schema_longer_than_63_bytes_is_refused_everywhere(empty_dsn: str) -> None:
+    assert LONG_A[:63] == LONG_B[:63]
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        for name in (LONG_A, LONG_B, "s" * 63 + "\u00e9"):
+            with pytest.raises(ValueError, match="63 bytes"):
+                DeltaPostgresSaver(conn, schema=name)
+            with pytest.raises(ValueError, match="63 bytes"):
+                migrate(conn, schema=name)
+            with pytest.raises(ValueError, match="63 bytes"):
+                status(conn, schema=name)
+        with pytest.raises(ValueError, match="63 bytes"):
+            DeltaPostgresSaver.from_conn_string(empty_dsn, schema=LONG_A).__enter__()
+        assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'tenant%'"
+                            ).fetchone() == (0,)
+    async with await psycopg.AsyncConnection.connect(empty_dsn, autocommit=True) as aconn:
+        with pytest.raises(ValueError, match="63 bytes"):
+            AsyncDeltaPostgresSaver(aconn, schema=LONG_A)
+        with pytest.raises(ValueError, match="63 bytes"):
+            await amigrate(aconn, schema=LONG_B)
+
+
+@pytest.mark.parametrize("schema", [MAX_OK, QUOTED])
+def test_schema_names_postgres_keeps_whole_work(empty_dsn: str, schema: str) -> None:
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        st = status(conn, schema=schema)
+        assert st.schema_missing and len(st.pending) > 0
+        saver = DeltaPostgresSaver(conn, schema=schema)
+        saver.setup()
+        st = status(conn, schema=schema)
+        assert not st.pending and not st.drifted and not st.schema_missing
+        (c,) = put_chain_sync(saver, "t", 1)
+        tup = saver.get_tuple(c)
+        assert tup is not None and tup.checkpoint["channel_values"]["num"] == 0
+        names = {r[0] for r in conn.execute("SELECT nspname FROM pg_namespace").fetchall()}
+        assert schema in names
+
+
+def put_chain_sync(saver: DeltaPostgresSaver, thread_id: str, n: int) -> list[Any]:
+    out = []
+    parent = cfg(thread_id)
+    for i in range(n):
+        cp = empty_checkpoint()
+        cp["channel_values"] = {"num": i}
+        cp["channel_versions"] = {"num": saver.get_next_version(None, None)}
+        parent = saver.put(parent, cp, {"source": "loop", "step": i}, cp["channel_versions"])
+        out.append(parent)
+    return out
+
+
+# ---------------------------------------------------------------- 4: dead pooled connections
+
+
+def _terminate_app(admin_dsn: str, app: str) -> int:
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            (app,),
+        ).fetchall()
+    return len(rows)
+
+
+def _with_app(dsn: str, app: str) -> str:
+    params = conninfo_to_dict(dsn)
+    params["application_name"] = app
+    return make_conninfo(**params)  # type: ignore[arg-type]
+
+
+def test_pool_replaces_connections_the_server_closed(dsn: str, pg_server: Any) -> None:
+    app = "lgdp_pool_check_sync"
+    with DeltaPostgresSaver.from_conn_string(_with_app(dsn, app), pool_size=3) as saver:
+        (c,) = put_chain_sync(saver, "t", 1)
+        for _ in range(3):
+            assert saver.get_tuple(c) is not None
+        for attempt in range(2):  # a server restart, or a network reset, twice
+            assert _terminate_app(pg_server.admin_dsn, app) >= 1
+            time.sleep(0.2)
+            for _ in range(4):
+                assert saver.get_tuple(c) is not None, attempt
+
+
+async def test_async_pool_replaces_connections_the_server_closed(
+    dsn: str, pg_server: Any
+) -> None:
+    app = "lgdp_pool_check_async"
+    async with AsyncDeltaPostgresSaver.from_conn_string(
+        _with_app(dsn, app), pool_size=3
+    ) as saver:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            (c,) = put_chain_sync(DeltaPostgresSaver(conn), "t", 1)
+        for _ in range(3):
+            assert await saver.aget_tuple(c) is not None
+        for attempt in range(2):
+            assert _terminate_app(pg_server.admin_dsn, app) >= 1
+            await asyncio.sleep(0.2)
+            for _ in range(4):
+                assert await saver.aget_tuple(c) is not None, attempt
+
+
+# ---------------------------------------------------------------- 5: connect timeout
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A loopback TCP port whose server completes the handshake and never answers."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)  # never accept(): the kernel completes the TCP handshake anyway
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        sock.close()
+
+
+def _bounded(fn: Callable[[], Any], limit: float) -> tuple[bool, BaseException | None, float]:
+    """Run ``fn`` in a thread; (finished within ``limit`` s, its exception, seconds)."""
+    box: list[BaseException | None] = [None]
+
+    def target() -> None:
+        try:
+            fn()
+        except BaseException as e:
+            box[0] = e
+
+    started = time.monotonic()
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(limit)
+    return not t.is_alive(), box[0], time.monotonic() - started
+
+
+def _open_sync(dsn: str) -> None:
+    with DeltaPostgresSaver.from_conn_string(dsn):
+        pass
+
+
+def _open_async(dsn: str) -> None:
+    async def body() -> None:
+        async with AsyncDeltaPostgresSaver.from_conn_string(dsn):
+            pass
+
+    asyncio.run(body())
+
+
+@pytest.mark.parametrize("opener", [_open_sync, _open_async], ids=["sync", "async"])
+def test_connect_times_out_on_a_server_that_never_answers(
+    silent_server: int, monkeypatch: pytest.MonkeyPatch, opener: Callable[[str], None]
+) -> None:
+    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
+    monkeypatch.setattr(core, "DEFAULT_CONNECT_TIMEOUT", 2)
+    done, err, took = _bounded(lambda: opener(f"postgresql://u@127.0.0.1:{silent_server}/db"), 20)
+    assert done, "from_conn_string hung on a server that never answers"
+    assert isinstance(err, psycopg.OperationalError) and "timeout" in str(err).lower(), err
+    assert took < 15
+
+
+@pytest.mark.parametrize("opener", [_open_sync, _open_async], ids=["sync", "async"])
+def test_the_dsn_connect_timeout_wins(
+    silent_server: int, monkeypatch: pytest.MonkeyPatch, opener: Callable[[str], None]
+) -> None:
+    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
+    monkeypatch.setattr(core, "DEFAULT_CONNECT_TIMEOUT", 3600)
+    dsn = f"postgresql://u@127.0.0.1:{silent_server}/db?connect_timeout=2"
+    done, err, took = _bounded(lambda: opener(dsn), 20)
+    assert done and isinstance(err, psycopg.OperationalError), err
+    assert took < 15
+    assert core.connect_kwargs(dsn, None).get("connect_timeout") is None
+    assert core.connect_kwargs("postgresql://u@h/db", None)["connect_timeout"] == 3600
+    monkeypatch.setenv("PGCONNECT_TIMEOUT", "7")
+    assert core.connect_kwargs("postgresql://u@h/db", None).get("connect_timeout") is None
+
+
+# ---------------------------------------------------------------- 6: corrupt rows
+
+
+@pytest.mark.parametrize("corrupt", ["{}", '"x"', "[]", '{"v": 4}'])
+async def test_corrupt_checkpoint_json_is_a_clear_error(
+    saver_factory: SaverFactory, dsn: str, corrupt: str
+) -> None:
+    async with open_saver(saver_factory, dsn) as u:
+        configs = await put_chain(u, "thread-c", 3)
+        bad = configs[1]["configurable"]["checkpoint_id"]
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE checkpoints SET checkpoint = %s::jsonb WHERE checkpoint_id = %s",
+                (corrupt, bad),
+            )
+        with pytest.raises(CorruptCheckpointError) as e:
+            await u.get_tuple(configs[1])
+        assert "thread-c" in str(e.value) and bad in str(e.value)
+        with pytest.raises(CorruptCheckpointError, match=bad):
+            await u.list(cfg("thread-c"))
+        assert (await u.get_tuple(configs[2])) is not None  # the others still read
+
+
+# ---------------------------------------------------------------- 7: before setup()
+
+
+async def test_a_saver_before_setup_says_to_run_setup(
+    saver_factory: SaverFactory, empty_dsn: str
+) -> None:
+    for schema in (None, "not_set_up"):
+        async with open_saver(saver_factory, empty_dsn, schema=schema) as u:
+            for call in (
+                lambda: u.get_tuple(cfg("t")),
+                lambda: u.list(cfg("t")),
+                lambda: put_chain(u, "t", 1),
+                lambda: u.put_writes(cfg("t", checkpoint_id="x"), [("a", 1)], "task"),
+                lambda: u.history(cfg("t"), ["a"]),
+                lambda: u.delete_thread("t"),
+            ):
+                with pytest.raises(SetupRequiredError) as e:
+                    await call()
+                msg = str(e.value)
+                assert "setup()" in msg and "langgraph-delta-pg migrate" in msg
+                assert isinstance(e.value, psycopg.errors.UndefinedTable)
+                assert isinstance(e.value.__cause__, psycopg.errors.UndefinedTable)
+                if schema:
+                    assert "--schema not_set_up" in msg
+            await u.setup()  # the same saver works once set up
+            assert await u.get_tuple(cfg("t")) is None
