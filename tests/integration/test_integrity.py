@@ -254,3 +254,118 @@ async def test_a_saver_before_setup_says_to_run_setup(
                     assert "--schema not_set_up" in msg
             await u.setup()  # the same saver works once set up
             assert await u.get_tuple(cfg("t")) is None
+
+
+# ---------------------------------------------------------------- 2: runs of copied threads
+
+
+def _run_md(thread_id: str, runs: list[str]) -> Callable[[int], dict[str, Any]]:
+    """Metadata as Agent Server writes it: each checkpoint names its run and thread."""
+    return lambda i: {"source": "loop", "step": i, "run_id": runs[i], "thread_id": thread_id}
+
+
+def _rows(dsn: str, thread_id: str) -> dict[str, list[tuple[Any, ...]]]:
+    out = {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for t in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"):
+            rows = conn.execute(f"SELECT * FROM {t} WHERE thread_id = %s", (thread_id,))
+            out[t] = sorted(rows.fetchall(), key=repr)
+    return out
+
+
+async def test_deleting_a_run_leaves_copies_of_its_thread_alone(
+    saver_factory: SaverFactory, dsn: str
+) -> None:
+    async with open_saver(saver_factory, dsn) as u:
+        chain = await put_chain(u, "M", 4, metadata=_run_md("M", ["r1", "r1", "r2", "r2"]))
+        await u.put_writes(chain[-1], [("obj", {"w": 1})], "task")
+        await u.copy_thread("M", "C")
+        copied = await u.list(cfg("C"))
+        assert [t.metadata.get("thread_id") for t in copied] == ["C"] * 4
+        assert all("run_id" not in t.metadata for t in copied)
+        before = _rows(dsn, "C")
+        await u.delete_for_runs(["r2"])  # M's latest run
+        assert _rows(dsn, "C") == before, "deleting a run of M changed its copy C"
+        left = await u.list(cfg("M"))
+        assert [t.metadata["run_id"] for t in left] == ["r1", "r1"]
+        # rows copied by an older copy_thread (or another saver) kept the source's run_id
+        # and thread_id in their metadata: they are not the run's and stay too
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                """INSERT INTO checkpoints SELECT 'OLD', checkpoint_ns, checkpoint_id,
+                          parent_checkpoint_id, type, checkpoint, metadata, stored_channels,
+                          delta_channels, delta_updates, delta_supersteps
+                   FROM checkpoints WHERE thread_id = 'M'"""
+            )
+            conn.execute(
+                """INSERT INTO checkpoint_blobs SELECT 'OLD', checkpoint_ns, channel, version,
+                          type, blob FROM checkpoint_blobs WHERE thread_id = 'M'"""
+            )
+        old = _rows(dsn, "OLD")
+        await u.delete_for_runs(["r1"])
+        assert _rows(dsn, "OLD") == old and _rows(dsn, "C") == before
+        assert await u.list(cfg("M")) == []
+
+
+def test_delete_for_runs_uses_the_run_id_index(dsn: str) -> None:
+    from psycopg import sql
+
+    from langgraph_delta_postgres._sql import Queries
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            """INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, checkpoint,
+                                        metadata)
+               SELECT 't' || (g % 500), '', lpad(g::text, 12, '0'), '{}'::jsonb,
+                      jsonb_build_object('run_id', 'run-' || g, 'step', g)
+               FROM generate_series(1, 20000) AS g"""
+        )
+        conn.execute("ANALYZE checkpoints")
+        q = Queries(None)
+        for name in ("maintenance.delete_runs", "maintenance.runs_breaking_delta"):
+            plan = conn.execute(
+                sql.SQL("EXPLAIN ") + q[name], {"run_ids": ["run-7", "run-9"]}
+            ).fetchall()
+            text = "\n".join(r[0] for r in plan)
+            assert "checkpoints_run_id_idx" in text, (name, text)
+
+
+# ---------------------------------------------------------------- 1: claims without a blob
+
+
+def _stored(dsn: str, thread_id: str) -> dict[str, list[str] | None]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT checkpoint_id, stored_channels FROM checkpoints WHERE thread_id = %s",
+            (thread_id,),
+        ).fetchall()
+    return {r[0]: r[1] for r in rows}
+
+
+async def test_copy_thread_does_not_copy_a_claim_without_its_blob(
+    saver_factory: SaverFactory, dsn: str
+) -> None:
+    async with open_saver(saver_factory, dsn) as u:
+        chain = await put_chain(u, "S", 3)
+        last = chain[-1]["configurable"]["checkpoint_id"]
+        assert _stored(dsn, "S")[last] == ["num", "obj"]
+        # what a delete racing a put leaves: the claim of "obj" stays, its blob is gone
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                """DELETE FROM checkpoint_blobs b USING checkpoints c
+                   WHERE c.thread_id = 'S' AND c.checkpoint_id = %s
+                     AND b.thread_id = 'S' AND b.channel = 'obj'
+                     AND b.version = c.checkpoint -> 'channel_versions' ->> 'obj'""",
+                (last,),
+            )
+        source = await u.get_tuple(chain[-1])
+        assert source is not None and "obj" not in source.checkpoint["channel_values"]
+        await u.copy_thread("S", "T")
+        claims = _stored(dsn, "T")
+        assert claims[last] == ["num"], "the copy claims a value it has no blob for"
+        assert {k: v for k, v in claims.items() if k != last} == {
+            k: v for k, v in _stored(dsn, "S").items() if k != last
+        }
+        copy = await u.get_tuple(cfg("T", checkpoint_id=last))
+        assert copy is not None
+        assert copy.checkpoint["channel_values"] == source.checkpoint["channel_values"]
