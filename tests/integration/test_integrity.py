@@ -4,15 +4,20 @@ schema names, dead pooled connections, connect timeout, corrupt rows, missing ta
 from __future__ import annotations
 
 import asyncio
+import operator
+import random
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import psycopg
 import pytest
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.graph import END, START, StateGraph
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import langgraph_delta_postgres._core as core
@@ -369,3 +374,183 @@ async def test_copy_thread_does_not_copy_a_claim_without_its_blob(
         copy = await u.get_tuple(cfg("T", checkpoint_id=last))
         assert copy is not None
         assert copy.checkpoint["channel_values"] == source.checkpoint["channel_values"]
+
+
+# ------------------------------------------- 1: a delete racing a put (the issue's repro)
+#
+# After the race, a checkpoint's stored_channels claims a value whose blob the delete
+# removed. get_tuple and copy_thread already read such a claim as "not stored"; the history
+# walk (sql/delta_history.sql) still seeds from it (seed None: TypeError on every later
+# invoke). That rule is being written in the history walk on another branch: these tests
+# pass with it (checked with a local version of the walk that applies it), and the
+# markers go when it is merged.
+NEEDS_HISTORY_RULE = (
+    "the history walk must read a stored_channels claim without a blob as not stored "
+    "(sql/delta_history.sql, lead's branch)"
+)
+
+
+class _State(TypedDict):
+    items: Annotated[list[str], operator.add]
+    note: str
+
+
+def _extend(state: list[str], writes: list[list[str]]) -> list[str]:
+    return state + [x for w in writes for x in w]
+
+
+class _DeltaState(TypedDict):
+    items: Annotated[list[str], DeltaChannel(_extend, snapshot_frequency=2)]
+    note: str
+
+
+def _graph(state: Any, checkpointer: Any) -> Any:
+    b = StateGraph(state)
+    b.add_node("agent", lambda s: {"items": ["x"]})
+    b.add_edge(START, "agent")
+    b.add_edge("agent", END)
+    return b.compile(checkpointer=checkpointer)
+
+
+def _repro(dsn: str, saver: Any, state: Any, thread: str) -> dict[str, Any]:
+    """The issue's steps: invoke; an open transaction deletes the thread's rows from the
+    three tables; update_state (it does not wait for that transaction); commit;
+    update_state again; invoke twice. Returns the final state's values."""
+    g = _graph(state, saver)
+    cfg_ = {"configurable": {"thread_id": thread}}
+    g.invoke({"items": ["a"]}, cfg_)
+    with psycopg.connect(dsn) as other:  # not autocommit: one open transaction
+        for table in ("checkpoint_writes", "checkpoint_blobs", "checkpoints"):
+            other.execute(f"DELETE FROM {table} WHERE thread_id = %s", (thread,))
+        done, err, _ = _bounded(lambda: g.update_state(cfg_, {"note": "u1"}), 30)
+        assert done and err is None, err
+        other.commit()
+    g.update_state(cfg_, {"note": "u2"})
+    g.invoke({"items": ["b"]}, cfg_)
+    g.invoke({"items": ["c"]}, cfg_)
+    return dict(g.get_state(cfg_).values)
+
+
+@pytest.mark.xfail(strict=True, reason=NEEDS_HISTORY_RULE)
+@pytest.mark.parametrize("state", [_State, _DeltaState], ids=["operator.add", "DeltaChannel"])
+def test_the_issue_repro_keeps_the_thread_working(dsn: str, state: Any) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        official = _repro(dsn, PostgresSaver(conn), state, "official")
+        ours = _repro(dsn, DeltaPostgresSaver(conn), state, "ours")
+    assert official == {"items": ["b", "x", "c", "x"], "note": "u2"}
+    assert ours == official
+
+
+RACE_SECONDS = 4.0
+
+
+def _race_graphs(saver: Any) -> list[Any]:
+    return [_graph(_State, saver), _graph(_DeltaState, saver)]
+
+
+@pytest.mark.xfail(strict=False, reason=NEEDS_HISTORY_RULE + "; a race: it may not hit")
+def test_delete_put_race_loop_sync(dsn: str) -> None:
+    """Writers invoke / update_state / read while deleters delete the same threads
+    (delete_thread and prune(strategy="delete")), for a few seconds: 0 errors, and every
+    thread keeps working afterwards."""
+    errors: list[BaseException] = []
+    ops = [0]
+    with DeltaPostgresSaver.from_conn_string(dsn, pool_size=8) as saver:
+        graphs = _race_graphs(saver)
+        threads = [f"race-{i}" for i in range(4)]
+        stop = time.monotonic() + RACE_SECONDS
+
+        def writer(k: int) -> None:
+            rnd = random.Random(k)
+            while time.monotonic() < stop:
+                g = graphs[k % 2]
+                c = {"configurable": {"thread_id": threads[k % len(threads)] + f"-{k % 2}"}}
+                try:
+                    g.invoke({"items": ["a"]}, c)
+                    g.update_state(c, {"note": str(rnd.random())})
+                    g.get_state(c)
+                    ops[0] += 1
+                except BaseException as e:  # noqa: BLE001 - every error counts
+                    errors.append(e)
+
+        def deleter(k: int) -> None:
+            rnd = random.Random(100 + k)
+            while time.monotonic() < stop:
+                t = rnd.choice(threads) + f"-{rnd.randrange(2)}"
+                try:
+                    if k % 2:
+                        saver.delete_thread(t)
+                    else:
+                        saver.prune([t], strategy="delete")
+                except BaseException as e:  # noqa: BLE001
+                    errors.append(e)
+                time.sleep(rnd.random() * 0.002)
+
+        workers = [threading.Thread(target=writer, args=(k,)) for k in range(6)]
+        workers += [threading.Thread(target=deleter, args=(k,)) for k in range(2)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(RACE_SECONDS + 60)
+        assert not any(w.is_alive() for w in workers), "a worker hung"
+        for t in threads:  # every thread still works
+            for i, g in enumerate(graphs):
+                c = {"configurable": {"thread_id": f"{t}-{i}"}}
+                try:
+                    g.invoke({"items": ["z"]}, c)
+                    assert g.get_state(c).values["items"][-2:] == ["z", "x"]
+                except BaseException as e:  # noqa: BLE001
+                    errors.append(e)
+    assert ops[0] > 20, "the race loop did too little to prove anything"
+    assert errors == [], f"{len(errors)} errors in {ops[0]} operations: {errors[:3]!r}"
+
+
+@pytest.mark.xfail(strict=False, reason=NEEDS_HISTORY_RULE + "; a race: it may not hit")
+async def test_delete_put_race_loop_async(dsn: str) -> None:
+    errors: list[BaseException] = []
+    ops = [0]
+    async with AsyncDeltaPostgresSaver.from_conn_string(dsn, pool_size=8) as saver:
+        graphs = _race_graphs(saver)
+        threads = [f"arace-{i}" for i in range(4)]
+        stop = time.monotonic() + RACE_SECONDS
+
+        async def writer(k: int) -> None:
+            rnd = random.Random(k)
+            while time.monotonic() < stop:
+                g = graphs[k % 2]
+                c = {"configurable": {"thread_id": threads[k % len(threads)] + f"-{k % 2}"}}
+                try:
+                    await g.ainvoke({"items": ["a"]}, c)
+                    await g.aupdate_state(c, {"note": str(rnd.random())})
+                    await g.aget_state(c)
+                    ops[0] += 1
+                except Exception as e:  # noqa: BLE001
+                    errors.append(e)
+
+        async def deleter(k: int) -> None:
+            rnd = random.Random(100 + k)
+            while time.monotonic() < stop:
+                t = rnd.choice(threads) + f"-{rnd.randrange(2)}"
+                try:
+                    if k % 2:
+                        await saver.adelete_thread(t)
+                    else:
+                        await saver.aprune([t], strategy="delete")
+                except Exception as e:  # noqa: BLE001
+                    errors.append(e)
+                await asyncio.sleep(rnd.random() * 0.002)
+
+        await asyncio.wait_for(
+            asyncio.gather(*[writer(k) for k in range(6)], *[deleter(k) for k in range(2)]),
+            RACE_SECONDS + 60,
+        )
+        for t in threads:
+            for i, g in enumerate(graphs):
+                c = {"configurable": {"thread_id": f"{t}-{i}"}}
+                try:
+                    await g.ainvoke({"items": ["z"]}, c)
+                    assert (await g.aget_state(c)).values["items"][-2:] == ["z", "x"]
+                except Exception as e:  # noqa: BLE001
+                    errors.append(e)
+    assert ops[0] > 20, "the race loop did too little to prove anything"
+    assert errors == [], f"{len(errors)} errors in {ops[0]} operations: {errors[:3]!r}"
