@@ -100,7 +100,9 @@ JOIN {s}checkpoints AS child
  AND child.checkpoint_ns = dead.checkpoint_ns
  AND child.parent_checkpoint_id = dead.checkpoint_id
 WHERE dead.metadata ->> 'run_id' = ANY (%(run_ids)s::text[])
-  AND coalesce(child.metadata ->> 'run_id', '') <> ALL (%(run_ids)s::text[])
+  AND coalesce(dead.metadata ->> 'thread_id', dead.thread_id) = dead.thread_id
+  AND (coalesce(child.metadata ->> 'run_id', '') <> ALL (%(run_ids)s::text[])
+       OR coalesce(child.metadata ->> 'thread_id', child.thread_id) <> child.thread_id)
   AND (child.delta_channels IS NOT NULL
        OR child.metadata ? 'counters_since_delta_snapshot')
 ORDER BY 1, 2, 3
@@ -109,10 +111,13 @@ LIMIT 20
 -- name: delete_runs
 -- delete_for_runs: the runs' checkpoints, their writes, and the blobs no surviving
 -- checkpoint of the same thread and namespace references. Parameter: run_ids text[].
--- Reads checkpoints by metadata ->> 'run_id' (a scan: no index serves it).
+-- A run's checkpoints are those of the thread it ran on: a row whose metadata names
+-- another thread_id is a copy (copy_thread of an older version, or of another saver)
+-- and is kept. Index: checkpoints_run_id_idx (metadata ->> 'run_id', migration 0005).
 WITH dead AS (
     DELETE FROM {s}checkpoints AS c
     WHERE c.metadata ->> 'run_id' = ANY (%(run_ids)s::text[])
+      AND coalesce(c.metadata ->> 'thread_id', c.thread_id) = c.thread_id
     RETURNING c.thread_id, c.checkpoint_ns, c.checkpoint_id,
               c.checkpoint -> 'channel_versions' AS versions
 ), del_writes AS (
@@ -137,7 +142,8 @@ WHERE b.thread_id = f.thread_id
       WHERE c.thread_id = f.thread_id
         AND c.checkpoint_ns = f.checkpoint_ns
         AND c.checkpoint -> 'channel_versions' ->> f.channel = f.version
-        AND coalesce(c.metadata ->> 'run_id', '') <> ALL (%(run_ids)s::text[])
+        AND (coalesce(c.metadata ->> 'run_id', '') <> ALL (%(run_ids)s::text[])
+             OR coalesce(c.metadata ->> 'thread_id', c.thread_id) <> c.thread_id)
   )
 
 -- name: thread_exists
@@ -149,16 +155,42 @@ SELECT 1 AS found FROM {s}checkpoints WHERE thread_id = %(thread_id)s LIMIT 1
 -- target_thread_id, with the same checkpoint ids and parent pointers, so the copy can
 -- rebuild any DeltaChannel state the source can. Parameters: source_thread_id,
 -- target_thread_id. Rows the target already has are kept (ON CONFLICT DO NOTHING).
+-- The copy is a thread of its own, as in Agent Server: its metadata names the target
+-- thread_id (where the source's did name one) and no run_id (the source's runs did not
+-- run on it, so delete_for_runs of them leaves the copy alone).
+-- stored_channels is not copied blindly: a claim is kept only when it is backed, by a
+-- blob at the version the checkpoint names or by a non-null inline value (a delete that
+-- raced a put can leave a claim whose blob is gone; it reads as "not stored").
+-- Indexes: the primary keys (thread_id leads them).
 WITH cp AS (
     INSERT INTO {s}checkpoints (
         thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint,
         metadata, stored_channels, delta_channels, delta_updates, delta_supersteps
     )
-    SELECT %(target_thread_id)s, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type,
-           checkpoint, metadata, stored_channels, delta_channels, delta_updates,
-           delta_supersteps
-    FROM {s}checkpoints
-    WHERE thread_id = %(source_thread_id)s
+    SELECT %(target_thread_id)s, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
+           c.type, c.checkpoint,
+           CASE WHEN c.metadata ? 'thread_id'
+                THEN jsonb_set(c.metadata, '{{thread_id}}', to_jsonb(%(target_thread_id)s::text))
+                ELSE c.metadata
+           END - 'run_id',
+           CASE WHEN c.stored_channels IS NOT NULL THEN ARRAY(
+               SELECT ch
+               FROM unnest(c.stored_channels) AS ch
+               WHERE jsonb_typeof(c.checkpoint -> 'channel_values' -> ch) IN
+                         ('string', 'number', 'boolean')
+                  OR EXISTS (
+                      SELECT 1 FROM {s}checkpoint_blobs AS b
+                      WHERE b.thread_id = c.thread_id
+                        AND b.checkpoint_ns = c.checkpoint_ns
+                        AND b.channel = ch
+                        AND b.version = c.checkpoint -> 'channel_versions' ->> ch
+                        AND b.type <> 'empty'
+                  )
+               ORDER BY 1
+           ) END,
+           c.delta_channels, c.delta_updates, c.delta_supersteps
+    FROM {s}checkpoints AS c
+    WHERE c.thread_id = %(source_thread_id)s
     ON CONFLICT DO NOTHING
 ), bl AS (
     INSERT INTO {s}checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
