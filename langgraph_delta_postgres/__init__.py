@@ -7,16 +7,24 @@ and format as ``langgraph-checkpoint-postgres`` 3.2 and answer
 
 from __future__ import annotations
 
-from ._core import DeltaPruneError, HistoryError, PruneStats
+from ._core import (
+    CorruptCheckpointError,
+    DeltaPruneError,
+    HistoryError,
+    PruneStats,
+    SetupRequiredError,
+)
 from .aio import AsyncDeltaPostgresSaver
 from .migrate import MigrationError
 from .saver import DeltaPostgresSaver
 
 __all__ = [
     "AsyncDeltaPostgresSaver",
+    "CorruptCheckpointError",
     "DeltaPostgresSaver",
     "DeltaPruneError",
     "HistoryError",
     "MigrationError",
     "PruneStats",
+    "SetupRequiredError",
 ]

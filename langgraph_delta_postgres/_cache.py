@@ -48,6 +48,7 @@ from langgraph.checkpoint.base import DeltaChannelHistory
 #: 1,000-turn thread, see tests/integration/test_cache.py).
 NODE_OVERHEAD = 360
 ENTRY_OVERHEAD = 120
+BUCKET_OVERHEAD = 1024
 #: How many recent chain tops a bucket offers the statement as held candidates.
 MAX_TOPS = 4
 SEP = "\x1f"
@@ -150,8 +151,7 @@ class HistoryCache:
         with self._lock:
             bucket = self._buckets.get(key)
             if bucket is None:
-                bucket = _Bucket()
-                self._buckets[key] = bucket
+                bucket = _Bucket()  # registered by _keep once it holds something
             else:
                 self._buckets.move_to_end(key)
             candidates: list[str] = []
@@ -291,7 +291,11 @@ class HistoryCache:
         with self._lock:
             bucket = plan.bucket
             assert bucket is not None
-            if self._buckets.get(plan.key) is not bucket:
+            current = self._buckets.get(plan.key)
+            if current is None and not bucket.nodes:
+                self._buckets[plan.key] = bucket  # a new bucket
+                added += BUCKET_OVERHEAD
+            elif current is not bucket:
                 return  # forgotten (or replaced) while the statement ran
             nodes = bucket.nodes
             for cid, parent, xmin, _ in visited:
@@ -303,6 +307,7 @@ class HistoryCache:
                     self._buckets[plan.key] = bucket
                     nodes = bucket.nodes
                     node = None
+                    added = BUCKET_OVERHEAD
                 if node is None:
                     nodes[cid] = _Node(parent, xmin)
                     added += NODE_OVERHEAD

@@ -9,12 +9,15 @@ psycopg cursor, so both run the same statements and the same row -> result code.
 from __future__ import annotations
 
 import logging
+import os
 import random
+import shlex
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, TypeVar, cast
 
+import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -67,6 +70,21 @@ class DeltaPruneError(RuntimeError):
     No longer raised: ``prune`` and ``delete_for_runs`` keep what DeltaChannel state
     needs instead of refusing. Kept so that code catching it still imports."""
 
+
+class CorruptCheckpointError(RuntimeError):
+    """A stored checkpoint row is not a checkpoint (e.g. its JSON is ``{}``)."""
+
+
+class SetupRequiredError(psycopg.errors.UndefinedTable):
+    """The checkpoint tables (or columns) this package needs are missing: run ``setup()``.
+
+    A subclass of the ``UndefinedTable`` error it replaces, so existing handlers still
+    catch it; that error is its ``__cause__``.
+    """
+
+
+#: Keys every stored checkpoint has (the official saver writes them all since format v1).
+_CHECKPOINT_KEYS = frozenset(("v", "id", "channel_versions", "versions_seen"))
 
 #: prune strategies; "delete_all" is Agent Server's name for "delete".
 PRUNE_STRATEGIES = ("keep_latest", "delete", "delete_all")
@@ -122,16 +140,23 @@ DEFAULT_PREPARE_THRESHOLD = 5
 #: Default budget of the decoded-value cache of get_delta_channel_history, per saver
 #: object (see _cache.py and docs/cache.md for how it was chosen).
 DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
+#: from_conn_string's connect_timeout (seconds) when neither the DSN nor PGCONNECT_TIMEOUT
+#: sets one: without it a server that accepts TCP and never answers hangs it forever.
+DEFAULT_CONNECT_TIMEOUT = 10
 
 
 def connect_kwargs(conn_string: str, prepare_threshold: int | None) -> dict[str, Any]:
     """psycopg connect() arguments of ``from_conn_string``: autocommit, the prepare
-    threshold, and, when statements are prepared, generic plans (added to any ``options``
-    of the DSN; left out without prepared statements, e.g. behind PgBouncer, which
-    rejects an ``options`` startup parameter by default)."""
+    threshold, a connect timeout unless the DSN or ``PGCONNECT_TIMEOUT`` has one, and, when
+    statements are prepared, generic plans (added to any ``options`` of the DSN; left out
+    without prepared statements, e.g. behind PgBouncer, which rejects an ``options``
+    startup parameter by default)."""
+    params = conninfo_to_dict(conn_string)
     kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": prepare_threshold}
+    if "connect_timeout" not in params and not os.environ.get("PGCONNECT_TIMEOUT"):
+        kwargs["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT
     if prepare_threshold is not None:
-        options = conninfo_to_dict(conn_string).get("options")
+        options = params.get("options")
         kwargs["options"] = f"{options} {GENERIC_PLANS}" if options else GENERIC_PLANS
     return kwargs
 
@@ -162,10 +187,8 @@ class SaverCore(BaseCheckpointSaver[str]):
     max_history_depth: int = 1_000_000
 
     def _init_core(self, schema: str | None, cache_bytes: int) -> None:
-        if schema is not None and (not isinstance(schema, str) or not schema):
-            raise ValueError("schema must be a non-empty string or None")
+        self.queries = Queries(schema)  # checks the name (see _sql.check_schema)
         self.schema = schema
-        self.queries = Queries(schema)
         cache = HistoryCache(cache_bytes)  # validates cache_bytes
         #: The decoded-value cache of get_delta_channel_history (None: cache_bytes=0).
         self.history_cache: HistoryCache | None = cache if cache_bytes else None
@@ -180,9 +203,33 @@ class SaverCore(BaseCheckpointSaver[str]):
 
     # ------------------------------------------------------------------ reading
 
+    def setup_required(self, error: psycopg.Error) -> SetupRequiredError:
+        """What a driver raises instead of a statement's UndefinedTable/UndefinedColumn:
+        the tables are missing, or older than this package (found without a statement of
+        its own on the hot path: the driver translates the error when it happens)."""
+        where = f" in schema {self.schema!r}" if self.schema else ""
+        cli = f" --schema {shlex.quote(self.schema)}" if self.schema else ""
+        return SetupRequiredError(
+            f"the checkpoint tables{where} are missing or not migrated: call the saver's "
+            f"setup() once (or run `langgraph-delta-pg migrate{cli}`) before using it "
+            f"({' '.join(str(error).split())})"
+        )
+
     def _row_to_tuple(self, row: Row) -> CheckpointTuple:
         loads = self.serde.loads_typed
-        checkpoint: dict[str, Any] = dict(row["checkpoint"])
+        stored = row["checkpoint"]
+        if (
+            not isinstance(stored, dict)
+            or not _CHECKPOINT_KEYS <= stored.keys()
+            or stored["id"] != row["checkpoint_id"]
+        ):
+            raise CorruptCheckpointError(
+                f"checkpoint {row['checkpoint_id']!r} of thread {row['thread_id']!r} "
+                f"(namespace {row['checkpoint_ns']!r}) is corrupt: its stored JSON is not a "
+                f"checkpoint with the keys {sorted(_CHECKPOINT_KEYS)} and this id: "
+                f"{str(stored)[:200]}"
+            )
+        checkpoint: dict[str, Any] = dict(stored)
         values: dict[str, Any] = dict(checkpoint.get("channel_values") or {})
         if row["blob_channels"]:
             for ch, typ, blob in zip(

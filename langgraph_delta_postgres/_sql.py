@@ -60,6 +60,33 @@ def sql_files() -> list[str]:
     return sorted(p.name for p in data_dir("sql").iterdir() if p.name.endswith(".sql"))
 
 
+#: Postgres truncates identifiers longer than this many bytes (NAMEDATALEN - 1), so two
+#: longer schema names that share their first 63 bytes would name one schema.
+MAX_IDENTIFIER_BYTES = 63
+
+
+def check_schema(schema: str | None) -> str | None:
+    """``schema`` if it is a usable schema name (or None), else :class:`ValueError`.
+
+    Every entry point (savers, migrations, CLI, inspect) builds its statements through
+    :class:`Queries`, which calls this.
+    """
+    if schema is None:
+        return None
+    if not isinstance(schema, str) or not schema:
+        raise ValueError("schema must be a non-empty string or None")
+    if "\x00" in schema:
+        raise ValueError(f"schema name {schema!r} contains a NUL character")
+    size = len(schema.encode("utf-8"))
+    if size > MAX_IDENTIFIER_BYTES:
+        raise ValueError(
+            f"schema name {schema!r} is {size} bytes long; Postgres keeps only the first "
+            f"{MAX_IDENTIFIER_BYTES} bytes of a name, so it would share a schema with every "
+            f"name that starts the same way: use at most {MAX_IDENTIFIER_BYTES} bytes"
+        )
+    return schema
+
+
 def prefix(schema: str | None) -> sql.Composable:
     if schema is None:
         return sql.SQL("")
@@ -75,7 +102,7 @@ class Queries:
     """Every statement of ``sql/``, rendered once for a schema; ``q["file.block"]``."""
 
     def __init__(self, schema: str | None) -> None:
-        self.schema = schema
+        self.schema = check_schema(schema)
         self._cache: dict[str, sql.Composed] = {}
 
     def __getitem__(self, key: str) -> sql.Composed:

@@ -18,6 +18,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline
+from psycopg.errors import UndefinedColumn, UndefinedTable
 from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -106,7 +107,13 @@ class AsyncDeltaPostgresSaver(SaverCore):
             if pipeline:
                 raise ValueError("pipeline mode needs a single connection: drop pool_size")
             async with AsyncConnectionPool(
-                conn_string, min_size=1, max_size=pool_size, kwargs=kwargs, open=False
+                conn_string,
+                min_size=1,
+                max_size=pool_size,
+                kwargs=kwargs,
+                # a connection the server or the network closed is replaced, not lent
+                check=AsyncConnectionPool.check_connection,
+                open=False,
             ) as pool:
                 yield cls(pool, serde=serde, schema=schema, cache_bytes=cache_bytes)
             return
@@ -131,14 +138,17 @@ class AsyncDeltaPostgresSaver(SaverCore):
     async def _run(self, op: Op[T], *, atomic: bool = False) -> T:
         if self._bound_loop is None:
             self._bound_loop = asyncio.get_running_loop()
-        async with self._connection() as conn:
-            tx_cm = conn.transaction() if atomic or not conn.autocommit else nullcontext()
-            try:
-                async with tx_cm, conn.cursor(binary=True) as cur:  # drive picks the row factory
-                    return await adrive(cur, op)
-            finally:
-                if self.pipe is not None:
-                    await self.pipe.sync()
+        try:
+            async with self._connection() as conn:
+                tx_cm = conn.transaction() if atomic or not conn.autocommit else nullcontext()
+                try:
+                    async with tx_cm, conn.cursor(binary=True) as cur:  # drive: row factory
+                        return await adrive(cur, op)
+                finally:
+                    if self.pipe is not None:
+                        await self.pipe.sync()
+        except (UndefinedTable, UndefinedColumn) as e:
+            raise self.setup_required(e) from e
 
     # ---------------------------------------------------------------- API
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -12,8 +13,12 @@ import psycopg
 
 from . import migrate as _migrate
 from ._cliutil import CliError, connect, db_error, resolve_dsn
+from ._sql import check_schema
 
 NO_DSN = "no database: pass --dsn or set DATABASE_URL"
+#: Exit code of ``status`` when migrations are pending (0: up to date; 1: drift or an
+#: error; 2: bad arguments).
+EXIT_PENDING = 3
 
 
 def _with_conn(args: argparse.Namespace, body: Callable[[psycopg.Connection[Any]], int]) -> int:
@@ -61,7 +66,13 @@ def cmd_status(args: argparse.Namespace) -> int:
             print("\ndrift:\n" + _migrate.describe_drift(st), file=sys.stderr)
             return 1
         print(f"\n{len(st.applied)} applied, {len(st.pending)} pending")
-        return 0
+        if st.schema_missing:
+            print(
+                f"schema {args.schema!r} does not exist: `langgraph-delta-pg migrate "
+                f"--schema {shlex.quote(args.schema)}` creates it",
+                file=sys.stderr,
+            )
+        return EXIT_PENDING if st.pending else 0
 
     return _with_conn(args, body)
 
@@ -80,7 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("migrate", help="apply pending migrations")
     db_args(sp)
     sp.set_defaults(func=cmd_migrate)
-    sp = sub.add_parser("status", help="applied / pending migrations, checksums, drift")
+    sp = sub.add_parser(
+        "status",
+        help="applied / pending migrations, checksums, drift",
+        description="Exit codes: 0 up to date; 1 drift or an error; 2 bad arguments; "
+        f"{EXIT_PENDING} migrations pending (run `langgraph-delta-pg migrate`).",
+    )
     db_args(sp)
     sp.set_defaults(func=cmd_status)
     for name, module, helptext in (
@@ -106,7 +122,12 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:  # every command's --schema: refused before anything connects
+        check_schema(getattr(args, "schema", None))
+    except ValueError as e:
+        parser.error(f"--schema: {e}")
     signal.signal(signal.SIGTERM, _terminate)
     try:
         return int(args.func(args) or 0)

@@ -18,6 +18,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg import Connection, Cursor, Pipeline
+from psycopg.errors import UndefinedColumn, UndefinedTable
 from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool
 
@@ -109,7 +110,13 @@ class DeltaPostgresSaver(SaverCore):
             if pipeline:
                 raise ValueError("pipeline mode needs a single connection: drop pool_size")
             with ConnectionPool(
-                conn_string, min_size=1, max_size=pool_size, kwargs=kwargs, open=True
+                conn_string,
+                min_size=1,
+                max_size=pool_size,
+                kwargs=kwargs,
+                # a connection the server or the network closed is replaced, not lent
+                check=ConnectionPool.check_connection,
+                open=True,
             ) as pool:
                 yield cls(pool, serde=serde, schema=schema, cache_bytes=cache_bytes)
             return
@@ -134,14 +141,17 @@ class DeltaPostgresSaver(SaverCore):
     def _run(self, op: Op[T], *, atomic: bool = False) -> T:
         """Run ``op`` on one connection; ``atomic``: several statements that must commit
         together (every other operation is a single statement)."""
-        with self._connection() as conn:
-            tx_cm = conn.transaction() if atomic or not conn.autocommit else nullcontext()
-            try:
-                with tx_cm, conn.cursor(binary=True) as cur:  # drive picks the row factory
-                    return drive(cur, op)
-            finally:
-                if self.pipe is not None:
-                    self.pipe.sync()
+        try:
+            with self._connection() as conn:
+                tx_cm = conn.transaction() if atomic or not conn.autocommit else nullcontext()
+                try:
+                    with tx_cm, conn.cursor(binary=True) as cur:  # drive picks the row factory
+                        return drive(cur, op)
+                finally:
+                    if self.pipe is not None:
+                        self.pipe.sync()
+        except (UndefinedTable, UndefinedColumn) as e:
+            raise self.setup_required(e) from e
 
     # ---------------------------------------------------------------- API
 

@@ -17,7 +17,10 @@ DELETE FROM {s}checkpoints WHERE thread_id = ANY (%(thread_ids)s::text[])
 -- blobs no surviving checkpoint of the same thread and namespace references.
 -- Parameters: run_ids text[]; kept_threads, kept_ns, kept_ids text[]: checkpoints of the
 -- runs that later checkpoints still need (retention.run_children), kept with their
--- writes and blobs. Reads checkpoints by metadata ->> 'run_id' (a scan: no index serves it).
+-- writes and blobs. A run's checkpoints are those of the thread it ran on: a row whose
+-- metadata names another thread_id is a copy (copy_thread of an older version, or of
+-- another saver) and is kept. Index: checkpoints_run_id_idx (metadata ->> 'run_id',
+-- migration 0005).
 WITH kept AS (
     SELECT k.thread_id, k.checkpoint_ns, k.checkpoint_id
     FROM unnest(%(kept_threads)s::text[], %(kept_ns)s::text[], %(kept_ids)s::text[])
@@ -25,6 +28,7 @@ WITH kept AS (
 ), dead AS (
     DELETE FROM {s}checkpoints AS c
     WHERE c.metadata ->> 'run_id' = ANY (%(run_ids)s::text[])
+      AND coalesce(c.metadata ->> 'thread_id', c.thread_id) = c.thread_id
       AND NOT EXISTS (
           SELECT 1 FROM kept AS k
           WHERE k.thread_id = c.thread_id
@@ -56,6 +60,7 @@ WHERE b.thread_id = f.thread_id
         AND c.checkpoint_ns = f.checkpoint_ns
         AND c.checkpoint -> 'channel_versions' ->> f.channel = f.version
         AND (coalesce(c.metadata ->> 'run_id', '') <> ALL (%(run_ids)s::text[])
+             OR coalesce(c.metadata ->> 'thread_id', c.thread_id) <> c.thread_id
              OR EXISTS (
                  SELECT 1 FROM kept AS k
                  WHERE k.thread_id = c.thread_id
@@ -73,16 +78,42 @@ SELECT 1 AS found FROM {s}checkpoints WHERE thread_id = %(thread_id)s LIMIT 1
 -- target_thread_id, with the same checkpoint ids and parent pointers, so the copy can
 -- rebuild any DeltaChannel state the source can. Parameters: source_thread_id,
 -- target_thread_id. Rows the target already has are kept (ON CONFLICT DO NOTHING).
+-- The copy is a thread of its own, as in Agent Server: its metadata names the target
+-- thread_id (where the source's did name one) and no run_id (the source's runs did not
+-- run on it, so delete_for_runs of them leaves the copy alone).
+-- stored_channels is not copied blindly: a claim is kept only when it is backed, by a
+-- blob at the version the checkpoint names or by a non-null inline value (a delete that
+-- raced a put can leave a claim whose blob is gone; it reads as "not stored").
+-- Indexes: the primary keys (thread_id leads them).
 WITH cp AS (
     INSERT INTO {s}checkpoints (
         thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint,
         metadata, stored_channels, delta_channels, delta_updates, delta_supersteps
     )
-    SELECT %(target_thread_id)s, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type,
-           checkpoint, metadata, stored_channels, delta_channels, delta_updates,
-           delta_supersteps
-    FROM {s}checkpoints
-    WHERE thread_id = %(source_thread_id)s
+    SELECT %(target_thread_id)s, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
+           c.type, c.checkpoint,
+           CASE WHEN c.metadata ? 'thread_id'
+                THEN jsonb_set(c.metadata, '{{thread_id}}', to_jsonb(%(target_thread_id)s::text))
+                ELSE c.metadata
+           END - 'run_id',
+           CASE WHEN c.stored_channels IS NOT NULL THEN ARRAY(
+               SELECT ch
+               FROM unnest(c.stored_channels) AS ch
+               WHERE jsonb_typeof(c.checkpoint -> 'channel_values' -> ch) IN
+                         ('string', 'number', 'boolean')
+                  OR EXISTS (
+                      SELECT 1 FROM {s}checkpoint_blobs AS b
+                      WHERE b.thread_id = c.thread_id
+                        AND b.checkpoint_ns = c.checkpoint_ns
+                        AND b.channel = ch
+                        AND b.version = c.checkpoint -> 'channel_versions' ->> ch
+                        AND b.type <> 'empty'
+                  )
+               ORDER BY 1
+           ) END,
+           c.delta_channels, c.delta_updates, c.delta_supersteps
+    FROM {s}checkpoints AS c
+    WHERE c.thread_id = %(source_thread_id)s
     ON CONFLICT DO NOTHING
 ), bl AS (
     INSERT INTO {s}checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)

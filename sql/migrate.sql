@@ -28,6 +28,10 @@ CREATE TABLE IF NOT EXISTS {s}langgraph_delta_migrations (
 -- Parameter: ledger (the ledger table's qualified name). Result column: found (bool).
 SELECT to_regclass(%(ledger)s) IS NOT NULL AS found
 
+-- name: schema_exists
+-- Parameter: schema (the schema's name, as stored). Result column: found (bool).
+SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %(schema)s) AS found
+
 -- name: select_ledger
 SELECT version, name, checksum, applied_at, duration_ms
 FROM {s}langgraph_delta_migrations

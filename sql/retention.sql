@@ -336,8 +336,10 @@ SELECT
 -- delete_for_runs: the checkpoints that build on the runs: not of the runs themselves,
 -- with a parent that is. Their state may be rebuilt through the runs' checkpoints (a
 -- DeltaChannel's writes and seed): delete_for_runs keeps each one's keep-set.
+-- A run's checkpoints are those of the thread it ran on (as maintenance.delete_runs
+-- reads them): a row whose metadata names another thread_id is a copy, and survives.
 -- Parameter: run_ids text[]. Result columns: thread_id, checkpoint_ns, checkpoint_id.
--- Reads checkpoints by metadata ->> 'run_id' (a scan: no index serves it); each child
+-- Index: checkpoints_run_id_idx (metadata ->> 'run_id', migration 0005); each child
 -- by the parent id within the run checkpoint's thread and namespace.
 SELECT child.thread_id AS thread_id,
        child.checkpoint_ns AS checkpoint_ns,
@@ -348,7 +350,9 @@ JOIN {s}checkpoints AS child
  AND child.checkpoint_ns = dead.checkpoint_ns
  AND child.parent_checkpoint_id = dead.checkpoint_id
 WHERE dead.metadata ->> 'run_id' = ANY (%(run_ids)s::text[])
-  AND coalesce(child.metadata ->> 'run_id', '') <> ALL (%(run_ids)s::text[])
+  AND coalesce(dead.metadata ->> 'thread_id', dead.thread_id) = dead.thread_id
+  AND (coalesce(child.metadata ->> 'run_id', '') <> ALL (%(run_ids)s::text[])
+       OR coalesce(child.metadata ->> 'thread_id', child.thread_id) <> child.thread_id)
 ORDER BY 1, 2, 3
 
 -- name: lock_thread

@@ -158,6 +158,16 @@ def test_own_maintenance_forgets_threads(dsn: str) -> None:
         ) == canon_history(saver.get_delta_channel_history(config=_cfg("kept"), channels=CHANNELS))
 
 
+def test_threads_without_history_leave_nothing(dsn: str) -> None:
+    with DeltaPostgresSaver.from_conn_string(dsn) as saver:
+        for i in range(50):
+            assert saver.get_delta_channel_history(config=_cfg(f"none-{i}"), channels=CHANNELS)
+        write_chain(saver, "one", 1, CHANNELS)  # a root only: no ancestor to walk
+        saver.get_delta_channel_history(config=_cfg("one"), channels=CHANNELS)
+        cache = saver.history_cache
+        assert cache is not None and len(cache) == 0 and cache.nbytes == 0
+
+
 def test_budget_is_never_exceeded(dsn: str) -> None:
     budget = 200_000
     with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=budget) as saver:

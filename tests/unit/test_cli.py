@@ -9,7 +9,10 @@ import sys
 from pathlib import Path
 
 import psycopg
+from langgraph.checkpoint.base import empty_checkpoint
 
+from langgraph_delta_postgres import DeltaPostgresSaver
+from langgraph_delta_postgres.cli import EXIT_PENDING
 from langgraph_delta_postgres.migrate import discover
 
 FILES = [m.name for m in discover()]
@@ -29,7 +32,7 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 
 def test_migrate_then_noop_then_status(empty_dsn: str) -> None:
     res = run("status", "--dsn", empty_dsn)
-    assert res.returncode == 0, res.stderr
+    assert res.returncode == EXIT_PENDING, res.stderr  # pending migrations: not 0
     assert [ln.split()[1] for ln in res.stdout.splitlines() if ln.startswith("pending")] == FILES
     assert f"0 applied, {len(FILES)} pending" in res.stdout
 
@@ -60,7 +63,49 @@ def test_database_url_and_schema(empty_dsn: str) -> None:
     assert res.returncode == 0 and f"{len(FILES)} applied, 0 pending" in res.stdout
     # the default schema has nothing applied
     res = run("status", "--dsn", empty_dsn)
-    assert res.returncode == 0 and f"0 applied, {len(FILES)} pending" in res.stdout
+    assert res.returncode == EXIT_PENDING and f"0 applied, {len(FILES)} pending" in res.stdout
+    assert "does not exist" not in res.stderr
+
+
+def test_status_of_a_schema_that_does_not_exist(empty_dsn: str) -> None:
+    res = run("status", "--schema", "no_such_schema", "--dsn", empty_dsn)
+    assert res.returncode == EXIT_PENDING
+    assert "schema 'no_such_schema' does not exist" in res.stderr
+    assert "migrate --schema no_such_schema" in res.stderr
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA no_such_schema")
+    res = run("status", "--schema", "no_such_schema", "--dsn", empty_dsn)
+    assert res.returncode == EXIT_PENDING and "does not exist" not in res.stderr
+
+
+QUOTED = 'we"ird sch\u00e9ma'
+
+
+def test_schema_with_a_double_quote_everywhere(empty_dsn: str) -> None:
+    res = run("migrate", "--schema", QUOTED, "--dsn", empty_dsn)
+    assert res.returncode == 0, res.stderr
+    res = run("status", "--schema", QUOTED, "--dsn", empty_dsn)
+    assert res.returncode == 0, res.stderr
+    assert f"{len(FILES)} applied, 0 pending" in res.stdout
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        DeltaPostgresSaver(conn, schema=QUOTED).put(
+            {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
+            empty_checkpoint(), {"source": "input", "step": -1}, {},
+        )
+    res = run("inspect", "--thread", "t", "--schema", QUOTED, "--dsn", empty_dsn)
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_schema_longer_than_63_bytes_is_refused(empty_dsn: str) -> None:
+    long_name = "s" * 62 + "\u00e9"  # 64 bytes in UTF-8, 63 characters
+    for cmd in (["migrate"], ["status"], ["inspect", "--thread", "t"]):
+        res = run(*cmd, "--schema", long_name, "--dsn", empty_dsn)
+        assert res.returncode == 2, (cmd, res.stderr)
+        assert "63 bytes" in res.stderr and "Traceback" not in res.stderr
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        n = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'sss%'").fetchone()
+        assert n == (0,)
 
 
 def test_drift_exit_codes(dsn: str) -> None:

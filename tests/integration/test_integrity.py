@@ -1,0 +1,548 @@
+"""Integrity defects of issue 13 (race, fault and bad-input probes), each on real Postgres:
+schema names, dead pooled connections, connect timeout, corrupt rows, missing tables."""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any, TypedDict
+
+import psycopg
+import pytest
+from langgraph.channels.delta import DeltaChannel
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.graph import END, START, StateGraph
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+import langgraph_delta_postgres._core as core
+from langgraph_delta_postgres import (
+    AsyncDeltaPostgresSaver,
+    CorruptCheckpointError,
+    DeltaPostgresSaver,
+    SetupRequiredError,
+)
+from langgraph_delta_postgres.migrate import amigrate, migrate, status
+from tests.integration._helpers import cfg, open_saver, put_chain
+from tests.plugins.savers import SaverFactory
+
+# ---------------------------------------------------------------- 3: schema names
+
+LONG_A = "tenant_" + "x" * 56 + "_a"  # 65 bytes: Postgres would keep the first 63
+LONG_B = "tenant_" + "x" * 56 + "_b"  # same first 63 bytes as LONG_A
+MAX_OK = "t" * 61 + "\u00e9"  # exactly 63 bytes in UTF-8
+QUOTED = 'ten"ant'
+
+
+async def test_schema_longer_than_63_bytes_is_refused_everywhere(empty_dsn: str) -> None:
+    assert LONG_A[:63] == LONG_B[:63]
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        for name in (LONG_A, LONG_B, "s" * 63 + "\u00e9"):
+            with pytest.raises(ValueError, match="63 bytes"):
+                DeltaPostgresSaver(conn, schema=name)
+            with pytest.raises(ValueError, match="63 bytes"):
+                migrate(conn, schema=name)
+            with pytest.raises(ValueError, match="63 bytes"):
+                status(conn, schema=name)
+        with pytest.raises(ValueError, match="63 bytes"):
+            DeltaPostgresSaver.from_conn_string(empty_dsn, schema=LONG_A).__enter__()
+        assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'tenant%'"
+                            ).fetchone() == (0,)
+    async with await psycopg.AsyncConnection.connect(empty_dsn, autocommit=True) as aconn:
+        with pytest.raises(ValueError, match="63 bytes"):
+            AsyncDeltaPostgresSaver(aconn, schema=LONG_A)
+        with pytest.raises(ValueError, match="63 bytes"):
+            await amigrate(aconn, schema=LONG_B)
+
+
+@pytest.mark.parametrize("schema", [MAX_OK, QUOTED])
+def test_schema_names_postgres_keeps_whole_work(empty_dsn: str, schema: str) -> None:
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        st = status(conn, schema=schema)
+        assert st.schema_missing and len(st.pending) > 0
+        saver = DeltaPostgresSaver(conn, schema=schema)
+        saver.setup()
+        st = status(conn, schema=schema)
+        assert not st.pending and not st.drifted and not st.schema_missing
+        (c,) = put_chain_sync(saver, "t", 1)
+        tup = saver.get_tuple(c)
+        assert tup is not None and tup.checkpoint["channel_values"]["num"] == 0
+        names = {r[0] for r in conn.execute("SELECT nspname FROM pg_namespace").fetchall()}
+        assert schema in names
+
+
+def put_chain_sync(saver: DeltaPostgresSaver, thread_id: str, n: int) -> list[Any]:
+    out = []
+    parent = cfg(thread_id)
+    for i in range(n):
+        cp = empty_checkpoint()
+        cp["channel_values"] = {"num": i}
+        cp["channel_versions"] = {"num": saver.get_next_version(None, None)}
+        parent = saver.put(parent, cp, {"source": "loop", "step": i}, cp["channel_versions"])
+        out.append(parent)
+    return out
+
+
+# ---------------------------------------------------------------- 4: dead pooled connections
+
+
+def _terminate_app(admin_dsn: str, app: str) -> int:
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            (app,),
+        ).fetchall()
+    return len(rows)
+
+
+def _with_app(dsn: str, app: str) -> str:
+    params = conninfo_to_dict(dsn)
+    params["application_name"] = app
+    return make_conninfo(**params)  # type: ignore[arg-type]
+
+
+def test_pool_replaces_connections_the_server_closed(dsn: str, pg_server: Any) -> None:
+    app = "lgdp_pool_check_sync"
+    with DeltaPostgresSaver.from_conn_string(_with_app(dsn, app), pool_size=3) as saver:
+        (c,) = put_chain_sync(saver, "t", 1)
+        for _ in range(3):
+            assert saver.get_tuple(c) is not None
+        for attempt in range(2):  # a server restart, or a network reset, twice
+            assert _terminate_app(pg_server.admin_dsn, app) >= 1
+            time.sleep(0.2)
+            for _ in range(4):
+                assert saver.get_tuple(c) is not None, attempt
+
+
+async def test_async_pool_replaces_connections_the_server_closed(
+    dsn: str, pg_server: Any
+) -> None:
+    app = "lgdp_pool_check_async"
+    async with AsyncDeltaPostgresSaver.from_conn_string(
+        _with_app(dsn, app), pool_size=3
+    ) as saver:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            (c,) = put_chain_sync(DeltaPostgresSaver(conn), "t", 1)
+        for _ in range(3):
+            assert await saver.aget_tuple(c) is not None
+        for attempt in range(2):
+            assert _terminate_app(pg_server.admin_dsn, app) >= 1
+            await asyncio.sleep(0.2)
+            for _ in range(4):
+                assert await saver.aget_tuple(c) is not None, attempt
+
+
+# ---------------------------------------------------------------- 5: connect timeout
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A loopback TCP port whose server completes the handshake and never answers."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)  # never accept(): the kernel completes the TCP handshake anyway
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        sock.close()
+
+
+def _bounded(fn: Callable[[], Any], limit: float) -> tuple[bool, BaseException | None, float]:
+    """Run ``fn`` in a thread; (finished within ``limit`` s, its exception, seconds)."""
+    box: list[BaseException | None] = [None]
+
+    def target() -> None:
+        try:
+            fn()
+        except BaseException as e:
+            box[0] = e
+
+    started = time.monotonic()
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(limit)
+    return not t.is_alive(), box[0], time.monotonic() - started
+
+
+def _open_sync(dsn: str) -> None:
+    with DeltaPostgresSaver.from_conn_string(dsn):
+        pass
+
+
+def _open_async(dsn: str) -> None:
+    async def body() -> None:
+        async with AsyncDeltaPostgresSaver.from_conn_string(dsn):
+            pass
+
+    asyncio.run(body())
+
+
+@pytest.mark.parametrize("opener", [_open_sync, _open_async], ids=["sync", "async"])
+def test_connect_times_out_on_a_server_that_never_answers(
+    silent_server: int, monkeypatch: pytest.MonkeyPatch, opener: Callable[[str], None]
+) -> None:
+    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
+    monkeypatch.setattr(core, "DEFAULT_CONNECT_TIMEOUT", 2)
+    done, err, took = _bounded(lambda: opener(f"postgresql://u@127.0.0.1:{silent_server}/db"), 20)
+    assert done, "from_conn_string hung on a server that never answers"
+    assert isinstance(err, psycopg.OperationalError) and "timeout" in str(err).lower(), err
+    assert took < 15
+
+
+@pytest.mark.parametrize("opener", [_open_sync, _open_async], ids=["sync", "async"])
+def test_the_dsn_connect_timeout_wins(
+    silent_server: int, monkeypatch: pytest.MonkeyPatch, opener: Callable[[str], None]
+) -> None:
+    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
+    monkeypatch.setattr(core, "DEFAULT_CONNECT_TIMEOUT", 3600)
+    dsn = f"postgresql://u@127.0.0.1:{silent_server}/db?connect_timeout=2"
+    done, err, took = _bounded(lambda: opener(dsn), 20)
+    assert done and isinstance(err, psycopg.OperationalError), err
+    assert took < 15
+    assert core.connect_kwargs(dsn, None).get("connect_timeout") is None
+    assert core.connect_kwargs("postgresql://u@h/db", None)["connect_timeout"] == 3600
+    monkeypatch.setenv("PGCONNECT_TIMEOUT", "7")
+    assert core.connect_kwargs("postgresql://u@h/db", None).get("connect_timeout") is None
+
+
+# ---------------------------------------------------------------- 6: corrupt rows
+
+
+@pytest.mark.parametrize("corrupt", ["{}", '"x"', "[]", '{"v": 4}'])
+async def test_corrupt_checkpoint_json_is_a_clear_error(
+    saver_factory: SaverFactory, dsn: str, corrupt: str
+) -> None:
+    async with open_saver(saver_factory, dsn) as u:
+        configs = await put_chain(u, "thread-c", 3)
+        bad = configs[1]["configurable"]["checkpoint_id"]
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE checkpoints SET checkpoint = %s::jsonb WHERE checkpoint_id = %s",
+                (corrupt, bad),
+            )
+        with pytest.raises(CorruptCheckpointError) as e:
+            await u.get_tuple(configs[1])
+        assert "thread-c" in str(e.value) and bad in str(e.value)
+        with pytest.raises(CorruptCheckpointError, match=bad):
+            await u.list(cfg("thread-c"))
+        assert (await u.get_tuple(configs[2])) is not None  # the others still read
+
+
+# ---------------------------------------------------------------- 7: before setup()
+
+
+async def test_a_saver_before_setup_says_to_run_setup(
+    saver_factory: SaverFactory, empty_dsn: str
+) -> None:
+    for schema in (None, "not_set_up"):
+        async with open_saver(saver_factory, empty_dsn, schema=schema) as u:
+            for call in (
+                lambda: u.get_tuple(cfg("t")),
+                lambda: u.list(cfg("t")),
+                lambda: put_chain(u, "t", 1),
+                lambda: u.put_writes(cfg("t", checkpoint_id="x"), [("a", 1)], "task"),
+                lambda: u.history(cfg("t"), ["a"]),
+                lambda: u.delete_thread("t"),
+            ):
+                with pytest.raises(SetupRequiredError) as e:
+                    await call()
+                msg = str(e.value)
+                assert "setup()" in msg and "langgraph-delta-pg migrate" in msg
+                assert isinstance(e.value, psycopg.errors.UndefinedTable)
+                assert isinstance(e.value.__cause__, psycopg.errors.UndefinedTable)
+                if schema:
+                    assert "--schema not_set_up" in msg
+            await u.setup()  # the same saver works once set up
+            assert await u.get_tuple(cfg("t")) is None
+
+
+# ---------------------------------------------------------------- 2: runs of copied threads
+
+
+def _run_md(thread_id: str, runs: list[str]) -> Callable[[int], dict[str, Any]]:
+    """Metadata as Agent Server writes it: each checkpoint names its run and thread."""
+    return lambda i: {"source": "loop", "step": i, "run_id": runs[i], "thread_id": thread_id}
+
+
+def _rows(dsn: str, thread_id: str) -> dict[str, list[tuple[Any, ...]]]:
+    out = {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for t in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"):
+            rows = conn.execute(f"SELECT * FROM {t} WHERE thread_id = %s", (thread_id,))
+            out[t] = sorted(rows.fetchall(), key=repr)
+    return out
+
+
+async def test_deleting_a_run_leaves_copies_of_its_thread_alone(
+    saver_factory: SaverFactory, dsn: str
+) -> None:
+    async with open_saver(saver_factory, dsn) as u:
+        chain = await put_chain(u, "M", 4, metadata=_run_md("M", ["r1", "r1", "r2", "r2"]))
+        await u.put_writes(chain[-1], [("obj", {"w": 1})], "task")
+        await u.copy_thread("M", "C")
+        copied = await u.list(cfg("C"))
+        assert [t.metadata.get("thread_id") for t in copied] == ["C"] * 4
+        assert all("run_id" not in t.metadata for t in copied)
+        before = _rows(dsn, "C")
+        await u.delete_for_runs(["r2"])  # M's latest run
+        assert _rows(dsn, "C") == before, "deleting a run of M changed its copy C"
+        left = await u.list(cfg("M"))
+        assert [t.metadata["run_id"] for t in left] == ["r1", "r1"]
+        # rows copied by an older copy_thread (or another saver) kept the source's run_id
+        # and thread_id in their metadata: they are not the run's and stay too
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                """INSERT INTO checkpoints SELECT 'OLD', checkpoint_ns, checkpoint_id,
+                          parent_checkpoint_id, type, checkpoint, metadata, stored_channels,
+                          delta_channels, delta_updates, delta_supersteps
+                   FROM checkpoints WHERE thread_id = 'M'"""
+            )
+            conn.execute(
+                """INSERT INTO checkpoint_blobs SELECT 'OLD', checkpoint_ns, channel, version,
+                          type, blob FROM checkpoint_blobs WHERE thread_id = 'M'"""
+            )
+        old = _rows(dsn, "OLD")
+        await u.delete_for_runs(["r1"])
+        assert _rows(dsn, "OLD") == old and _rows(dsn, "C") == before
+        assert await u.list(cfg("M")) == []
+
+
+def test_delete_for_runs_uses_the_run_id_index(dsn: str) -> None:
+    from psycopg import sql
+
+    from langgraph_delta_postgres._sql import Queries
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            """INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, checkpoint,
+                                        metadata)
+               SELECT 't' || (g % 500), '', lpad(g::text, 12, '0'), '{}'::jsonb,
+                      jsonb_build_object('run_id', 'run-' || g, 'step', g)
+               FROM generate_series(1, 20000) AS g"""
+        )
+        conn.execute("ANALYZE checkpoints")
+        q = Queries(None)
+        params = {
+            "run_ids": ["run-7", "run-9"], "kept_threads": [], "kept_ns": [], "kept_ids": []
+        }
+        for name in ("maintenance.delete_runs", "retention.run_children"):
+            plan = conn.execute(sql.SQL("EXPLAIN ") + q[name], params).fetchall()
+            text = "\n".join(r[0] for r in plan)
+            assert "checkpoints_run_id_idx" in text, (name, text)
+
+
+# ---------------------------------------------------------------- 1: claims without a blob
+
+
+def _stored(dsn: str, thread_id: str) -> dict[str, list[str] | None]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT checkpoint_id, stored_channels FROM checkpoints WHERE thread_id = %s",
+            (thread_id,),
+        ).fetchall()
+    return {r[0]: r[1] for r in rows}
+
+
+async def test_copy_thread_does_not_copy_a_claim_without_its_blob(
+    saver_factory: SaverFactory, dsn: str
+) -> None:
+    async with open_saver(saver_factory, dsn) as u:
+        chain = await put_chain(u, "S", 3)
+        last = chain[-1]["configurable"]["checkpoint_id"]
+        assert _stored(dsn, "S")[last] == ["num", "obj"]
+        # what a delete racing a put leaves: the claim of "obj" stays, its blob is gone
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                """DELETE FROM checkpoint_blobs b USING checkpoints c
+                   WHERE c.thread_id = 'S' AND c.checkpoint_id = %s
+                     AND b.thread_id = 'S' AND b.channel = 'obj'
+                     AND b.version = c.checkpoint -> 'channel_versions' ->> 'obj'""",
+                (last,),
+            )
+        source = await u.get_tuple(chain[-1])
+        assert source is not None and "obj" not in source.checkpoint["channel_values"]
+        await u.copy_thread("S", "T")
+        claims = _stored(dsn, "T")
+        assert claims[last] == ["num"], "the copy claims a value it has no blob for"
+        assert {k: v for k, v in claims.items() if k != last} == {
+            k: v for k, v in _stored(dsn, "S").items() if k != last
+        }
+        copy = await u.get_tuple(cfg("T", checkpoint_id=last))
+        assert copy is not None
+        assert copy.checkpoint["channel_values"] == source.checkpoint["channel_values"]
+
+
+# ------------------------------------------- 1: a delete racing a put (the issue's repro)
+#
+# After the race, a checkpoint's stored_channels claims a value whose blob the delete
+# removed. get_tuple, copy_thread and the history walk (sql/delta_history.sql) read such a
+# claim as "not stored"; before, the walk seeded from it (seed None: TypeError on every
+# later invoke).
+
+
+class _State(TypedDict):
+    items: Annotated[list[str], operator.add]
+    note: str
+
+
+def _extend(state: list[str], writes: list[list[str]]) -> list[str]:
+    return state + [x for w in writes for x in w]
+
+
+class _DeltaState(TypedDict):
+    items: Annotated[list[str], DeltaChannel(_extend, snapshot_frequency=2)]
+    note: str
+
+
+def _graph(state: Any, checkpointer: Any) -> Any:
+    b = StateGraph(state)
+    b.add_node("agent", lambda s: {"items": ["x"]})
+    b.add_edge(START, "agent")
+    b.add_edge("agent", END)
+    return b.compile(checkpointer=checkpointer)
+
+
+def _repro(dsn: str, saver: Any, state: Any, thread: str) -> dict[str, Any]:
+    """The issue's steps: invoke; an open transaction deletes the thread's rows from the
+    three tables; update_state (it does not wait for that transaction); commit;
+    update_state again; invoke twice. Returns the final state's values."""
+    g = _graph(state, saver)
+    cfg_ = {"configurable": {"thread_id": thread}}
+    g.invoke({"items": ["a"]}, cfg_)
+    with psycopg.connect(dsn) as other:  # not autocommit: one open transaction
+        for table in ("checkpoint_writes", "checkpoint_blobs", "checkpoints"):
+            other.execute(f"DELETE FROM {table} WHERE thread_id = %s", (thread,))
+        done, err, _ = _bounded(lambda: g.update_state(cfg_, {"note": "u1"}), 30)
+        assert done and err is None, err
+        other.commit()
+    g.update_state(cfg_, {"note": "u2"})
+    g.invoke({"items": ["b"]}, cfg_)
+    g.invoke({"items": ["c"]}, cfg_)
+    return dict(g.get_state(cfg_).values)
+
+
+@pytest.mark.parametrize("state", [_State, _DeltaState], ids=["operator.add", "DeltaChannel"])
+def test_the_issue_repro_keeps_the_thread_working(dsn: str, state: Any) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        official = _repro(dsn, PostgresSaver(conn), state, "official")
+        ours = _repro(dsn, DeltaPostgresSaver(conn), state, "ours")
+    assert official == {"items": ["b", "x", "c", "x"], "note": "u2"}
+    assert ours == official
+
+
+RACE_SECONDS = 4.0
+
+
+def _race_graphs(saver: Any) -> list[Any]:
+    return [_graph(_State, saver), _graph(_DeltaState, saver)]
+
+
+def test_delete_put_race_loop_sync(dsn: str) -> None:
+    """Writers invoke / update_state / read while deleters delete the same threads
+    (delete_thread and prune(strategy="delete")), for a few seconds: 0 errors, and every
+    thread keeps working afterwards."""
+    errors: list[BaseException] = []
+    ops = [0]
+    with DeltaPostgresSaver.from_conn_string(dsn, pool_size=8) as saver:
+        graphs = _race_graphs(saver)
+        threads = [f"race-{i}" for i in range(4)]
+        stop = time.monotonic() + RACE_SECONDS
+
+        def writer(k: int) -> None:
+            rnd = random.Random(k)
+            while time.monotonic() < stop:
+                g = graphs[k % 2]
+                c = {"configurable": {"thread_id": threads[k % len(threads)] + f"-{k % 2}"}}
+                try:
+                    g.invoke({"items": ["a"]}, c)
+                    g.update_state(c, {"note": str(rnd.random())})
+                    g.get_state(c)
+                    ops[0] += 1
+                except BaseException as e:  # noqa: BLE001 - every error counts
+                    errors.append(e)
+
+        def deleter(k: int) -> None:
+            rnd = random.Random(100 + k)
+            while time.monotonic() < stop:
+                t = rnd.choice(threads) + f"-{rnd.randrange(2)}"
+                try:
+                    if k % 2:
+                        saver.delete_thread(t)
+                    else:
+                        saver.prune([t], strategy="delete")
+                except BaseException as e:  # noqa: BLE001
+                    errors.append(e)
+                time.sleep(rnd.random() * 0.002)
+
+        workers = [threading.Thread(target=writer, args=(k,)) for k in range(6)]
+        workers += [threading.Thread(target=deleter, args=(k,)) for k in range(2)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(RACE_SECONDS + 60)
+        assert not any(w.is_alive() for w in workers), "a worker hung"
+        for t in threads:  # every thread still works
+            for i, g in enumerate(graphs):
+                c = {"configurable": {"thread_id": f"{t}-{i}"}}
+                try:
+                    g.invoke({"items": ["z"]}, c)
+                    assert g.get_state(c).values["items"][-2:] == ["z", "x"]
+                except BaseException as e:  # noqa: BLE001
+                    errors.append(e)
+    assert ops[0] > 20, "the race loop did too little to prove anything"
+    assert errors == [], f"{len(errors)} errors in {ops[0]} operations: {errors[:3]!r}"
+
+
+async def test_delete_put_race_loop_async(dsn: str) -> None:
+    errors: list[BaseException] = []
+    ops = [0]
+    async with AsyncDeltaPostgresSaver.from_conn_string(dsn, pool_size=8) as saver:
+        graphs = _race_graphs(saver)
+        threads = [f"arace-{i}" for i in range(4)]
+        stop = time.monotonic() + RACE_SECONDS
+
+        async def writer(k: int) -> None:
+            rnd = random.Random(k)
+            while time.monotonic() < stop:
+                g = graphs[k % 2]
+                c = {"configurable": {"thread_id": threads[k % len(threads)] + f"-{k % 2}"}}
+                try:
+                    await g.ainvoke({"items": ["a"]}, c)
+                    await g.aupdate_state(c, {"note": str(rnd.random())})
+                    await g.aget_state(c)
+                    ops[0] += 1
+                except Exception as e:  # noqa: BLE001
+                    errors.append(e)
+
+        async def deleter(k: int) -> None:
+            rnd = random.Random(100 + k)
+            while time.monotonic() < stop:
+                t = rnd.choice(threads) + f"-{rnd.randrange(2)}"
+                try:
+                    if k % 2:
+                        await saver.adelete_thread(t)
+                    else:
+                        await saver.aprune([t], strategy="delete")
+                except Exception as e:  # noqa: BLE001
+                    errors.append(e)
+                await asyncio.sleep(rnd.random() * 0.002)
+
+        await asyncio.wait_for(
+            asyncio.gather(*[writer(k) for k in range(6)], *[deleter(k) for k in range(2)]),
+            RACE_SECONDS + 60,
+        )
+        for t in threads:
+            for i, g in enumerate(graphs):
+                c = {"configurable": {"thread_id": f"{t}-{i}"}}
+                try:
+                    await g.ainvoke({"items": ["z"]}, c)
+                    assert (await g.aget_state(c)).values["items"][-2:] == ["z", "x"]
+                except Exception as e:  # noqa: BLE001
+                    errors.append(e)
+    assert ops[0] > 20, "the race loop did too little to prove anything"
+    assert errors == [], f"{len(errors)} errors in {ops[0]} operations: {errors[:3]!r}"

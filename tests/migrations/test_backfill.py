@@ -1,0 +1,144 @@
+"""Adoption's backfill (migration 0004) runs in bounded batches that commit as they go and
+resume after an interruption, while the savers keep working; a database that applied the
+first, one-UPDATE version of 0004 still counts it as applied (issue 13, item 9)."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from langgraph.checkpoint.postgres import PostgresSaver
+from psycopg.rows import dict_row
+
+import langgraph_delta_postgres.migrate as migrate_mod
+from langgraph_delta_postgres import DeltaPostgresSaver
+from langgraph_delta_postgres.migrate import discover, migrate, status
+from tests.integration.test_adoption import (
+    GRAPHS,
+    actual_columns,
+    expected_backfill,
+    run,
+)
+
+BACKFILL = "0004_backfill_delta_columns.sql"
+
+
+REAL_PLAN = migrate_mod._plan
+
+
+class Interrupted(Exception):
+    """Stands for Ctrl-C, a killed process or a lost connection between two batches."""
+
+
+def _official_database(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True, prepare_threshold=0) as conn:
+        off = PostgresSaver(conn)
+        off.setup()
+        for i, kind in enumerate(["delta", "mine", "full", "delta", "mine"]):
+            run(kind, GRAPHS[kind](off), f"t{i}", 4, 0)
+
+
+def _interrupted_after(batches: int) -> Any:
+    """A stand-in for migrate's plan that stops the run once ``batches`` runs of a
+    batched migration have committed."""
+    real = REAL_PLAN
+
+    def plan(schema: str | None, migrations: list[Any]) -> Generator[Any, Any, Any]:
+        inner = real(schema, migrations)
+        seen = 0
+        rows = None
+        while True:
+            step = inner.send(rows) if rows is not None else next(inner)
+            params = step[1]
+            if params is not None and "after" in params:
+                if seen == batches:
+                    raise Interrupted
+                seen += 1
+            rows = yield step
+
+    return plan
+
+
+def test_backfill_runs_in_committed_batches_and_resumes(
+    empty_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _official_database(empty_dsn)
+    monkeypatch.setattr(migrate_mod, "BATCH_ROWS", 7)
+    monkeypatch.setattr(migrate_mod, "_plan", _interrupted_after(3))
+    with psycopg.connect(empty_dsn, autocommit=True, row_factory=dict_row) as conn:
+        total = conn.execute("SELECT count(*) AS n FROM checkpoints").fetchone()["n"]  # type: ignore[index]
+        assert total > 40
+        with pytest.raises(Interrupted):
+            migrate(conn)
+        # three batches committed: 21 rows filled, the rest still NULL; 0004 not recorded
+        filled = conn.execute(
+            "SELECT count(*) AS n FROM checkpoints WHERE stored_channels IS NOT NULL"
+        ).fetchone()["n"]  # type: ignore[index]
+        assert filled == 21
+        st = status(conn)
+        assert BACKFILL in [m.name for m in st.pending] and not st.drifted
+        # the savers keep working meanwhile, on filled and unfilled rows alike
+        ours, off = DeltaPostgresSaver(conn), PostgresSaver(conn)
+        for tup in off.list(None):
+            mine = ours.get_tuple(tup.config)
+            assert mine is not None and mine.checkpoint == tup.checkpoint
+            assert mine.pending_writes == tup.pending_writes
+        run("delta", GRAPHS["delta"](ours), "t0", 2, 10)
+
+        monkeypatch.setattr(migrate_mod, "_plan", REAL_PLAN)
+        now = conn.execute("SELECT count(*) AS n FROM checkpoints").fetchone()["n"]  # type: ignore[index]
+        steps: list[str] = []
+        real_execute = psycopg.Cursor.execute
+
+        def spy(cur: Any, query: Any, *args: Any, **kw: Any) -> Any:
+            text = query if isinstance(query, str) else query.as_string(conn)
+            steps.append("vacuum" if text.startswith("VACUUM") else text[:20])
+            return real_execute(cur, query, *args, **kw)
+
+        monkeypatch.setattr(psycopg.Cursor, "execute", spy)
+        applied = migrate(conn)
+        monkeypatch.setattr(psycopg.Cursor, "execute", real_execute)
+        # the walk starts over: every row is visited again, and one run finds no row
+        runs = sum(1 for st in steps if st.startswith("WITH batch"))
+        assert runs == -(-now // 7) + 1
+        assert steps.count("vacuum") == (runs - 1) // migrate_mod.VACUUM_EVERY_BATCHES + 1
+        assert BACKFILL in [m.name for m in applied]
+        assert conn.execute(
+            "SELECT count(*) AS n FROM checkpoints WHERE stored_channels IS NULL"
+        ).fetchone()["n"] == 0  # type: ignore[index]
+        assert actual_columns(conn) == expected_backfill(conn)
+        assert migrate(conn) == [] and status(conn).ok
+
+
+def test_the_first_text_of_0004_still_counts_as_applied(dsn: str) -> None:
+    """A database that applied the one-UPDATE 0004 (ledger checksum of that text) is not
+    drift, and nothing is re-run; any other text still is drift."""
+    repo = Path(__file__).resolve().parents[2]
+    first = subprocess.run(
+        ["git", "show", f"fbf7a88:migrations/{BACKFILL}"],
+        cwd=repo, capture_output=True, check=False,
+    )
+    old = hashlib.sha256(first.stdout).hexdigest() if first.returncode == 0 else None
+    (m4,) = [m for m in discover() if m.name == BACKFILL]
+    assert m4.batched and not m4.transactional
+    if old is not None:  # a git checkout: the superseded checksum is that file's
+        assert old in m4.superseded and old != m4.checksum
+    (superseded,) = m4.superseded
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE langgraph_delta_migrations SET checksum = %s WHERE version = 4",
+            (superseded,),
+        )
+        st = status(conn)
+        assert st.ok and not st.pending
+        assert migrate(conn) == []
+        conn.execute(
+            "UPDATE langgraph_delta_migrations SET checksum = %s WHERE version = 4",
+            ("0" * 64,),
+        )
+        assert [a.version for a, _ in status(conn).drifted] == [4]
