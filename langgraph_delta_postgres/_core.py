@@ -216,6 +216,7 @@ class SaverCore(BaseCheckpointSaver[str]):
                         "checkpoints.where_id",
                         sep=" AND ",
                     ),
+                    q["checkpoints.tuples_of"],
                 ]
             )
         else:
@@ -225,6 +226,7 @@ class SaverCore(BaseCheckpointSaver[str]):
                     sql.SQL("WHERE"),
                     q.join("checkpoints.where_thread", "checkpoints.where_ns", sep=" AND "),
                     q["checkpoints.order_latest"],
+                    q["checkpoints.tuples_of"],
                 ]
             )
         rows = yield Stmt(query, params)
@@ -266,6 +268,7 @@ class SaverCore(BaseCheckpointSaver[str]):
             parts.append(q["checkpoints.order_newest_limit"])
         else:
             parts.append(q["checkpoints.order_newest"])
+        parts.append(q["checkpoints.tuples_of"])
         rows = yield Stmt(sql.SQL(" ").join(parts), params)
         return [self._row_to_tuple(r) for r in rows]
 
