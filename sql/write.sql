@@ -19,7 +19,7 @@ WITH new_blobs AS (
     SELECT %(thread_id)s, %(checkpoint_ns)s, u.channel, u.version, u.type, u.blob
     FROM unnest(
         %(blob_channels)s::text[], %(blob_versions)s::text[],
-        %(blob_types)s::text[], %(blob_values)s::bytea[]
+        %(blob_types)s::text[], %(blob_values)b::bytea[]
     ) AS u(channel, version, type, blob)
     ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
     RETURNING channel, type
@@ -68,7 +68,7 @@ INSERT INTO {s}checkpoint_writes
     (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
 SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, %(task_path)s,
        u.idx, u.channel, u.type, u.blob
-FROM unnest(%(idxs)s::int[], %(channels)s::text[], %(types)s::text[], %(blobs)s::bytea[])
+FROM unnest(%(idxs)s::int[], %(channels)s::text[], %(types)s::text[], %(blobs)b::bytea[])
     AS u(idx, channel, type, blob)
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
 
@@ -80,7 +80,7 @@ INSERT INTO {s}checkpoint_writes
     (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
 SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, %(task_path)s,
        u.idx, u.channel, u.type, u.blob
-FROM unnest(%(idxs)s::int[], %(channels)s::text[], %(types)s::text[], %(blobs)s::bytea[])
+FROM unnest(%(idxs)s::int[], %(channels)s::text[], %(types)s::text[], %(blobs)b::bytea[])
     AS u(idx, channel, type, blob)
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
     channel = EXCLUDED.channel,
