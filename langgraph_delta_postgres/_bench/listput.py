@@ -1,0 +1,164 @@
+"""Writes and ``list``: per-invoke latency per snapshot_frequency, and ``list(limit=n)``
+on a deep thread, ours against the official saver (direct connection, 0 ms RTT).
+
+* **per-invoke**: for each snapshot_frequency, one ``messages`` thread per saver grows
+  turn by turn, the two savers alternating (which one goes first flips every turn); the
+  ratio ours/official is taken turn by turn, then its median. An invoke is what a
+  graph step costs the caller: ``get_tuple`` + history at the start, then ``put`` /
+  ``put_writes``.
+* **list**: ``list({"thread_id": T}, limit=n)`` and ``list(None, limit=n)`` for
+  n in (1, 10) on a thread of ``list_depth`` checkpoints written by the official saver
+  (with ``put_writes``), interleaved rounds, ratio round by round.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .. import DeltaPostgresSaver
+from .._workloads import build_graph, user_input
+from .common import Interleaved, connect_official, connect_ours, ratio_summary, summary
+from .rows import write_chain
+
+LIST_LIMITS = (1, 10)
+
+
+@dataclass(frozen=True)
+class ListPutScale:
+    turns: int
+    freqs: tuple[int, ...]
+    list_depth: int
+    rounds: int
+
+
+SCALES = {
+    "full": ListPutScale(turns=500, freqs=(1, 10, 50), list_depth=3000, rounds=31),
+    "quick": ListPutScale(turns=60, freqs=(1, 10, 50), list_depth=500, rounds=15),
+    "tiny": ListPutScale(turns=6, freqs=(1, 50), list_depth=30, rounds=3),
+}
+
+
+def run_listput(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str, Any]:
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    scale = SCALES[scale_name]
+    res: dict[str, Any] = {"scale": vars(scale).copy(), "invoke": {}, "list": {}}
+    with connect_ours(dsn) as oc, connect_official(dsn) as fc:
+        savers = {"ours": DeltaPostgresSaver(oc), "official": PostgresSaver(fc)}
+        for freq in scale.freqs:
+            t0 = time.perf_counter()
+            graphs = {k: build_graph("messages", s, snapshot_frequency=freq)
+                      for k, s in savers.items()}
+            samples: dict[str, list[float]] = {"ours": [], "official": []}
+            for t in range(scale.turns):
+                order = ["ours", "official"] if t % 2 else ["official", "ours"]
+                for k in order:
+                    cfg = {"configurable": {"thread_id": f"invoke-{freq}-{k}"}}
+                    a = time.perf_counter()
+                    graphs[k].invoke(user_input("messages", t), cfg)
+                    samples[k].append(time.perf_counter() - a)
+            ratios = [a / b for a, b in zip(samples["ours"], samples["official"], strict=True)]
+            half = scale.turns // 2
+            entry: dict[str, Any] = {
+                "snapshot_frequency": freq,
+                "turns": scale.turns,
+                "ours": summary(samples["ours"]),
+                "official": summary(samples["official"]),
+                "ratio_ours_official": ratio_summary(ratios),
+                "ratio_ours_official_second_half": ratio_summary(ratios[half:]),
+                "seconds": time.perf_counter() - t0,
+            }
+            res["invoke"][str(freq)] = entry
+            log(f"  invoke, messages {scale.turns} turns, snapshot_frequency={freq}: ours "
+                f"{entry['ours']['median_ms']:.2f} / official "
+                f"{entry['official']['median_ms']:.2f} ms, ours/official "
+                f"x{entry['ratio_ours_official']['median']:.2f}")
+
+        t0 = time.perf_counter()
+        tid = "list-deep"
+        with fc.transaction():
+            write_chain(savers["official"], tid, scale.list_depth, ("messages", "files"))
+        fc.execute("ANALYZE checkpoints, checkpoint_blobs, checkpoint_writes")
+        log(f"  list thread: {scale.list_depth} checkpoints written by the official saver "
+            f"({time.perf_counter() - t0:.1f}s)")
+        thread_cfg: Any = {"configurable": {"thread_id": tid}}
+        cases: tuple[tuple[str, Any], ...] = (("thread", thread_cfg), ("all threads", None))
+        for which, cfg in cases:
+            for n in LIST_LIMITS:
+                got = {k: [t.config for t in s.list(cfg, limit=n)] for k, s in savers.items()}
+                iv = Interleaved()
+                iv.run({k: (lambda s=s, cfg=cfg, n=n: list(s.list(cfg, limit=n)))
+                        for k, s in savers.items()}, scale.rounds)
+                key = f"{which}, limit={n}"
+                res["list"][key] = {
+                    "config": "thread" if cfg else "None",
+                    "limit": n,
+                    "depth": scale.list_depth,
+                    "ours": iv.stats("ours"),
+                    "official": iv.stats("official"),
+                    "ratio_ours_official": iv.ratio("ours", "official"),
+                    "results_equal": got["ours"] == got["official"],
+                }
+                m = res["list"][key]
+                log(f"  list({which}, limit={n}) at depth {scale.list_depth}: ours "
+                    f"{m['ours']['median_ms']:.2f} / official {m['official']['median_ms']:.2f} "
+                    f"ms, ours/official x{m['ratio_ours_official']['median']:.2f}"
+                    + ("" if m["results_equal"] else "  !! RESULTS DIFFER"))
+    return res
+
+
+def headline(res: dict[str, Any]) -> dict[str, Any]:
+    """Entries of the run's headline: ours/official per invoke and per list call."""
+    lp = res.get("listput")
+    if not lp:
+        return {}
+    h: dict[str, Any] = {}
+    for f, e in lp["invoke"].items():
+        h[f"invoke_snapshot_frequency_{f}"] = {
+            "turns": e["turns"], "ours_over_official": e["ratio_ours_official"]["median"]}
+    for key, m in lp["list"].items():
+        h["list_" + key.replace(", ", "_").replace("=", "").replace(" ", "_")] = {
+            "depth": m["depth"], "ours_over_official": m["ratio_ours_official"]["median"]}
+    return h
+
+
+def _ms(s: dict[str, Any]) -> str:
+    if not s or s.get("n", 0) == 0:
+        return "n/a"
+    return f"{s['median_ms']:.2f} ({s['min_ms']:.2f}-{s['max_ms']:.2f})"
+
+
+def _x(r: dict[str, Any]) -> str:
+    if not r or r.get("n", 0) == 0:
+        return "n/a"
+    return f"{r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f})"
+
+
+def markdown(res: dict[str, Any]) -> list[str]:
+    """The report's section (empty when the run has none)."""
+    lp = res.get("listput")
+    if not lp:
+        return []
+    L = ["## Writes and list (ours vs official, 0 ms RTT)", "",
+         "Per-invoke latency of the `messages` graph, one thread per saver, the savers "
+         "alternating turn by turn; ours/official taken turn by turn (target <= 1.0x):", "",
+         "| snapshot_frequency | turns | ours ms | official ms | ours/official "
+         "| ours/official, 2nd half |",
+         "|---|---|---|---|---|---|"]
+    for f, e in lp["invoke"].items():
+        L.append(f"| {f} | {e['turns']} | {_ms(e['ours'])} | {_ms(e['official'])} "
+                 f"| {_x(e['ratio_ours_official'])} "
+                 f"| {_x(e['ratio_ours_official_second_half'])} |")
+    L += ["", "`list(config, limit=n)` on a thread written by the official saver, interleaved "
+          "rounds, ratio round by round (target: within 1.5x):", "",
+          "| call | checkpoints in the thread | ours ms | official ms | ours/official "
+          "| equal |", "|---|---|---|---|---|---|"]
+    for _key, m in lp["list"].items():
+        cfg = '{"thread_id": T}' if m["config"] == "thread" else "None"
+        L.append(f"| list({cfg}, limit={m['limit']}) | {m['depth']} | {_ms(m['ours'])} "
+                 f"| {_ms(m['official'])} | {_x(m['ratio_ours_official'])} "
+                 f"| {'yes' if m['results_equal'] else 'NO'} |")
+    return L + [""]
