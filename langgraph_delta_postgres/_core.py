@@ -344,9 +344,11 @@ class SaverCore(BaseCheckpointSaver[str]):
             if k in blob_values
         ]
         # Whether a blob is stored for the other versioned channels (a value carried over
-        # from an earlier checkpoint, a snapshot older than this step) is the database's
-        # to say: the statement probes them by primary key.
-        known = {k for k, v in inline.items() if v is not None} | {b[0] for b in blob_rows}
+        # from an earlier checkpoint, a snapshot older than this step), or already was for
+        # the blobs written here (the same checkpoint put again: the inserts conflict and
+        # return nothing), is the database's to say: the statement probes them by
+        # primary key.
+        known = {k for k, v in inline.items() if v is not None}
         probe = [(k, str(v)) for k, v in versions.items() if k not in known]
         md = get_serializable_checkpoint_metadata(config, metadata)
         counters = md.get("counters_since_delta_snapshot")

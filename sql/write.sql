@@ -7,8 +7,10 @@
 --   markers of _DeltaSnapshot blobs), metadata jsonb,
 --   blob_channels/blob_versions/blob_types/blob_values: the blobs to write (new versions);
 --   inline_channels: channels stored inline with a non-null value;
---   probe_channels/probe_versions: the other versioned channels, with the version
---   channel_versions names, to find out whether a blob is already stored for them;
+--   probe_channels/probe_versions: every versioned channel not inline (those written
+--   here included), with the version channel_versions names, to find out whether a
+--   non-"empty" blob was already stored for it (a blob this statement writes again
+--   conflicts, and is not returned by new_blobs);
 --   delta_channels/delta_updates/delta_supersteps: counters_since_delta_snapshot.
 -- stored_channels = inline ∪ blobs this statement inserted ∪ blobs already present.
 -- A data-modifying CTE's rows are invisible to the rest of the statement, hence the
