@@ -9,14 +9,21 @@ on a deep thread, ours against the official saver (direct connection, 0 ms RTT).
 * **list**: ``list({"thread_id": T}, limit=n)`` and ``list(None, limit=n)`` for
   n in (1, 10) on a thread of ``list_depth`` checkpoints written by the official saver
   (with ``put_writes``), interleaved rounds, ratio round by round.
+* **big value**: one channel value of ``big_mb`` MB (random bytes, which TOAST cannot
+  compress), as a ``_DeltaSnapshot``: ``put`` of it, ``get_tuple`` of that checkpoint,
+  and the history call of its child (the value is the seed), interleaved rounds.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from .. import DeltaPostgresSaver
 from .._core import DEFAULT_PREPARE_THRESHOLD
@@ -33,12 +40,17 @@ class ListPutScale:
     freqs: tuple[int, ...]
     list_depth: int
     rounds: int
+    big_mb: int
+    big_rounds: int
 
 
 SCALES = {
-    "full": ListPutScale(turns=500, freqs=(1, 10, 50), list_depth=3000, rounds=31),
-    "quick": ListPutScale(turns=60, freqs=(1, 10, 50), list_depth=500, rounds=21),
-    "tiny": ListPutScale(turns=6, freqs=(1, 50), list_depth=30, rounds=3),
+    "full": ListPutScale(turns=500, freqs=(1, 10, 50), list_depth=3000, rounds=31,
+                         big_mb=50, big_rounds=7),
+    "quick": ListPutScale(turns=60, freqs=(1, 10, 50), list_depth=500, rounds=21,
+                          big_mb=5, big_rounds=5),
+    "tiny": ListPutScale(turns=6, freqs=(1, 50), list_depth=30, rounds=3,
+                         big_mb=1, big_rounds=2),
 }
 
 
@@ -111,7 +123,50 @@ def run_listput(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[s
                     f"{m['ours']['median_ms']:.2f} / official {m['official']['median_ms']:.2f} "
                     f"ms, ours/official x{m['ratio_ours_official']['median']:.2f}"
                     + ("" if m["results_equal"] else "  !! RESULTS DIFFER"))
+        res["big"] = _big_value(savers, scale, log)
     return res
+
+
+def _big_value(savers: dict[str, Any], scale: ListPutScale, log: Callable[[str], None]
+               ) -> dict[str, Any]:
+    value = [os.urandom(1000) for _ in range(scale.big_mb * 1000)]
+    n = {k: 0 for k in savers}
+    last: dict[str, Any] = {}
+
+    def put(k: str) -> Callable[[], Any]:
+        def call() -> None:
+            s = savers[k]
+            n[k] += 1
+            cp = empty_checkpoint()
+            version = s.get_next_version(None, None)
+            cp["channel_values"] = {"big": _DeltaSnapshot(value)}
+            cp["channel_versions"] = {"big": version}
+            cfg = {"configurable": {"thread_id": f"big-{k}-{n[k]}", "checkpoint_ns": ""}}
+            cfg = s.put(cfg, cp, {"source": "loop", "step": 0, "parents": {}}, {"big": version})
+            child = empty_checkpoint()
+            child["channel_versions"] = {"big": version}
+            last[k] = (cfg, s.put(cfg, child, {"source": "loop", "step": 1, "parents": {}}, {}))
+        return call
+
+    iv = Interleaved()
+    iv.run({f"put:{k}": put(k) for k in savers}, scale.big_rounds)
+    iv.run({f"get_tuple:{k}": (lambda k=k: savers[k].get_tuple(last[k][0])) for k in savers}
+           | {f"history:{k}": (lambda k=k: savers[k].get_delta_channel_history(
+               config=last[k][1], channels=["big"])) for k in savers}, scale.big_rounds)
+    got = {k: savers[k].get_delta_channel_history(config=last[k][1], channels=["big"])
+           for k in savers}
+    out: dict[str, Any] = {"mb": scale.big_mb, "results_equal": got["ours"] == got["official"]}
+    for call in ("put", "get_tuple", "history"):
+        out[call] = {
+            "ours": iv.stats(f"{call}:ours"),
+            "official": iv.stats(f"{call}:official"),
+            "ratio_ours_official": iv.ratio(f"{call}:ours", f"{call}:official"),
+        }
+        m = out[call]
+        log(f"  {call} of a {scale.big_mb} MB value: ours {m['ours']['median_ms']:.0f} / "
+            f"official {m['official']['median_ms']:.0f} ms, ours/official "
+            f"x{m['ratio_ours_official']['median']:.2f}")
+    return out
 
 
 def headline(res: dict[str, Any]) -> dict[str, Any]:
@@ -126,6 +181,10 @@ def headline(res: dict[str, Any]) -> dict[str, Any]:
     for key, m in lp["list"].items():
         h["list_" + key.replace(", ", "_").replace("=", "").replace(" ", "_")] = {
             "depth": m["depth"], "ours_over_official": m["ratio_ours_official"]["median"]}
+    if big := lp.get("big"):
+        for call in ("put", "get_tuple", "history"):
+            h[f"big_value_{call}"] = {
+                "mb": big["mb"], "ours_over_official": big[call]["ratio_ours_official"]["median"]}
     return h
 
 
@@ -165,4 +224,13 @@ def markdown(res: dict[str, Any]) -> list[str]:
         L.append(f"| list({cfg}, limit={m['limit']}) | {m['depth']} | {_ms(m['ours'])} "
                  f"| {_ms(m['official'])} | {_x(m['ratio_ours_official'])} "
                  f"| {'yes' if m['results_equal'] else 'NO'} |")
+    if big := lp.get("big"):
+        L += ["", f"One {big['mb']} MB value (random bytes) as a `_DeltaSnapshot`: `put`, "
+              "`get_tuple` of its checkpoint, the history call of its child (the value is the "
+              f"seed; equal: {'yes' if big['results_equal'] else 'NO'}):", "",
+              "| call | ours ms | official ms | ours/official |", "|---|---|---|---|"]
+        for call in ("put", "get_tuple", "history"):
+            m = big[call]
+            L.append(f"| {call} | {_ms(m['ours'])} | {_ms(m['official'])} "
+                     f"| {_x(m['ratio_ours_official'])} |")
     return L + [""]
