@@ -102,6 +102,24 @@ def connect_kwargs(conn_string: str, prepare_threshold: int | None) -> dict[str,
     return kwargs
 
 
+def packed_blobs(blobs: Sequence[bytes], prefix: str = "") -> dict[str, Any]:
+    """Blobs as the write statements take them: one ``bytea`` parameter holding them all
+    (``{prefix}data``), and each one's 1-based offset and length in it; the statement cuts
+    them out with ``substring``. A ``bytea[]`` parameter instead costs the server two more
+    copies of every blob (receiving an array copies each element, then the whole array):
+    with a 5 MB / 50 MB value, put took 1.5x / 1.4x the time (``%(x)b`` either way)."""
+    offsets: list[int] = []
+    at = 1
+    for b in blobs:
+        offsets.append(at)
+        at += len(b)
+    return {
+        f"{prefix}data": b"".join(blobs),
+        f"{prefix}offsets": offsets,
+        f"{prefix}lengths": [len(b) for b in blobs],
+    }
+
+
 def _configurable(config: RunnableConfig) -> dict[str, Any]:
     try:
         return config["configurable"]
@@ -372,7 +390,7 @@ class SaverCore(BaseCheckpointSaver[str]):
                 "blob_channels": [b[0] for b in blob_rows],
                 "blob_versions": [b[1] for b in blob_rows],
                 "blob_types": [b[2] for b in blob_rows],
-                "blob_values": [b[3] for b in blob_rows],
+                **packed_blobs([b[3] for b in blob_rows], "blob_"),
                 "inline_channels": [k for k, v in inline.items() if v is not None],
                 "probe_channels": [p[0] for p in probe],
                 "probe_versions": [p[1] for p in probe],
@@ -420,7 +438,7 @@ class SaverCore(BaseCheckpointSaver[str]):
                 "idxs": list(by_idx),
                 "channels": [w[0] for w in by_idx.values()],
                 "types": [w[1] for w in by_idx.values()],
-                "blobs": [w[2] for w in by_idx.values()],
+                **packed_blobs([w[2] for w in by_idx.values()]),
             },
             fetch=False,
         )

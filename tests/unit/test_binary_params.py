@@ -1,4 +1,5 @@
-"""Every ``bytea[]`` parameter of the SQL files is sent in binary (``%(name)b``).
+"""Every ``bytea`` / ``bytea[]`` parameter of the SQL files is sent in binary
+(``%(name)b``).
 
 With ``%(name)s`` psycopg picks the text array dumper for a list of bytes: the client
 hex-escapes every blob into an array literal and the server parses it back (measured
@@ -12,14 +13,14 @@ import re
 
 from langgraph_delta_postgres._sql import raw_blocks, sql_files
 
-BYTEA_ARRAY_PARAM = re.compile(r"%\((\w+)\)([sbt])::bytea\[\]")
+BYTEA_PARAM = re.compile(r"%\((\w+)\)([sbt])::bytea\b")
 
 
-def test_bytea_array_parameters_are_binary() -> None:
+def test_bytea_parameters_are_binary() -> None:
     seen = []
     for f in sql_files():
         for name, text in raw_blocks(f).items():
-            for param, fmt in BYTEA_ARRAY_PARAM.findall(text):
+            for param, fmt in BYTEA_PARAM.findall(text):
                 seen.append((f, name, param))
-                assert fmt == "b", f"{f} {name}: %({param}){fmt}::bytea[] must be %({param})b"
-    assert seen, "no bytea[] parameter found: the pattern is out of date"
+                assert fmt == "b", f"{f} {name}: %({param}){fmt}::bytea must be %({param})b"
+    assert seen, "no bytea parameter found: the pattern is out of date"
