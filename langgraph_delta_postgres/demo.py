@@ -35,7 +35,7 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -384,24 +384,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", metavar="FILE.png", help="chart storage and resume vs turns")
 
 
-@contextlib.contextmanager
-def _embedded_server() -> Iterator[str]:
-    """The embedded Postgres, with start-up failures turned into :class:`CliError`."""
-    stack = contextlib.ExitStack()
-    try:
-        dsn = stack.enter_context(_embedded.embedded_postgres())
-    except _embedded.EmbeddedPostgresUnavailable as e:
-        raise CliError(str(e)) from None
-    except Exception as e:
-        stack.close()
-        raise CliError(
-            f"the embedded Postgres did not start ({' '.join(str(e).split())[:300]}); "
-            "pass --dsn / set DATABASE_URL to a Postgres you run"
-        ) from None
-    with stack:
-        yield dsn
-
-
 def _drop_schema(dsn: str, schema: str, err: TextIO) -> None:
     try:
         with connect(dsn, unreachable_hint="the server went away") as conn:
@@ -437,7 +419,9 @@ def _demo(args: argparse.Namespace) -> int:
         progress.update(0, "starting Postgres" if embedded else "connecting")
     with contextlib.ExitStack() as stack:
         if dsn is None:
-            dsn = stack.enter_context(_embedded_server())
+            dsn = stack.enter_context(
+                _embedded.started(fallback="pass --dsn / set DATABASE_URL to a Postgres you run")
+            )
             where = "the embedded Postgres {version} (removed on exit)"
             hint = "the embedded server stopped unexpectedly"
         else:
