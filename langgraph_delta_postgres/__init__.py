@@ -7,6 +7,7 @@ and format as ``langgraph-checkpoint-postgres`` 3.2 and answer
 
 from __future__ import annotations
 
+from . import _compat  # noqa: F401  (first: a clear error on an unsupported langgraph-checkpoint)
 from ._core import DeltaPruneError, HistoryError
 from .aio import AsyncDeltaPostgresSaver
 from .migrate import MigrationError
