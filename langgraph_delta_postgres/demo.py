@@ -31,8 +31,9 @@ Where: with ``--dsn`` / ``DATABASE_URL``, a fresh schema of that database, dropp
 afterwards unless ``--keep``; otherwise the embedded Postgres of the ``embedded`` extra,
 removed with its temporary directory on exit, error or Ctrl-C.
 
-Measured with ``langgraph-delta-pg demo`` (100 turns) on a 2-core machine shared with
-other work: about 90 s, two thirds of it the full-snapshot baseline.
+Measured with ``langgraph-delta-pg demo`` (80 turns) on a 2-core machine shared with
+other work: 70 s (up to about 2 minutes when the machine is busy), two thirds of it the
+full-snapshot baseline.
 """
 
 from __future__ import annotations
@@ -463,7 +464,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--turns",
         type=positive,
         default=DEFAULT_TURNS,
-        help=f"user turns (default {DEFAULT_TURNS}: about 90 s on 2 cores)",
+        help=f"user turns (default {DEFAULT_TURNS}: about 70 s on 2 cores)",
     )
     p.add_argument(
         "--dsn",
