@@ -13,10 +13,13 @@ from .aio import AsyncDeltaPostgresSaver
 from .migrate import MigrationError
 from .saver import DeltaPostgresSaver
 
+__version__ = "0.1.0"
+
 __all__ = [
     "AsyncDeltaPostgresSaver",
     "DeltaPostgresSaver",
     "DeltaPruneError",
     "HistoryError",
     "MigrationError",
+    "__version__",
 ]

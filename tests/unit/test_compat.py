@@ -33,3 +33,13 @@ def test_missing_private_snapshot_type_is_a_clear_import_error() -> None:
 def test_pyproject_pins_the_supported_range() -> None:
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     assert f"langgraph-checkpoint{SUPPORTED_LANGGRAPH_CHECKPOINT}" in deps
+
+
+def test_version_is_the_installed_distributions() -> None:
+    import importlib.metadata
+
+    import langgraph_delta_postgres
+
+    assert langgraph_delta_postgres.__version__ == importlib.metadata.version(
+        "langgraph-delta-postgres"
+    )
