@@ -32,8 +32,8 @@ afterwards unless ``--keep``; otherwise the embedded Postgres of the ``embedded`
 removed with its temporary directory on exit, error or Ctrl-C.
 
 Measured with ``langgraph-delta-pg demo`` (80 turns) on a 2-core machine shared with
-other work: 70 s (up to about 2 minutes when the machine is busy), two thirds of it the
-full-snapshot baseline.
+other work: 45 to 70 s, most of it the full-snapshot baseline (its time grows with the
+square of the turns and with the machine's load).
 """
 
 from __future__ import annotations
@@ -464,7 +464,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--turns",
         type=positive,
         default=DEFAULT_TURNS,
-        help=f"user turns (default {DEFAULT_TURNS}: about 70 s on 2 cores)",
+        help=f"user turns (default {DEFAULT_TURNS}: about a minute on 2 cores)",
     )
     p.add_argument(
         "--dsn",
