@@ -243,6 +243,25 @@ def test_untested_langgraph_api_version_warns_once_and_patches_nothing(
     assert "aget_delta_channel_history" not in unpatched.__dict__
 
 
+def test_without_langgraph_api_there_is_nothing_to_patch(
+    unpatched: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.metadata
+
+    real = importlib.metadata.version
+
+    def version(name: str) -> str:
+        if name == "langgraph-api":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert ag.patch_agent_server_adapter() is False
+    assert "aget_delta_channel_history" not in unpatched.__dict__
+
+
 def test_tested_version_patches_once(unpatched: Any) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
