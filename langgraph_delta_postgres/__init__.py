@@ -7,10 +7,13 @@ and format as ``langgraph-checkpoint-postgres`` 3.2 and answer
 
 from __future__ import annotations
 
+from . import _compat  # noqa: F401  (first: a clear error on an unsupported langgraph-checkpoint)
 from ._core import CorruptCheckpointError, DeltaPruneError, HistoryError, SetupRequiredError
 from .aio import AsyncDeltaPostgresSaver
 from .migrate import MigrationError
 from .saver import DeltaPostgresSaver
+
+__version__ = "0.1.0"
 
 __all__ = [
     "AsyncDeltaPostgresSaver",
@@ -20,4 +23,5 @@ __all__ = [
     "HistoryError",
     "MigrationError",
     "SetupRequiredError",
+    "__version__",
 ]

@@ -29,12 +29,13 @@ from langgraph.checkpoint.base import (
     get_checkpoint_id,
     get_serializable_checkpoint_metadata,
 )
-from langgraph.checkpoint.serde.types import TASKS, _DeltaSnapshot
+from langgraph.checkpoint.serde.types import TASKS
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 
 from ._cache import NO_PLAN, HistoryCache
+from ._compat import _DeltaSnapshot
 from ._sql import Queries
 
 T = TypeVar("T")

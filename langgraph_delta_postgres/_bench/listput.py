@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from langgraph.checkpoint.base import empty_checkpoint
-from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from .. import DeltaPostgresSaver
+from .._compat import _DeltaSnapshot
 from .._core import DEFAULT_PREPARE_THRESHOLD
 from .._workloads import build_graph, user_input
 from .common import Interleaved, connect_official, connect_ours, ratio_summary, summary
