@@ -7,6 +7,7 @@ and format as ``langgraph-checkpoint-postgres`` 3.2 and answer
 
 from __future__ import annotations
 
+from . import _compat  # noqa: F401  (first: a clear error on an unsupported langgraph-checkpoint)
 from ._core import (
     CorruptCheckpointError,
     DeltaPruneError,
@@ -18,6 +19,8 @@ from .aio import AsyncDeltaPostgresSaver
 from .migrate import MigrationError
 from .saver import DeltaPostgresSaver
 
+__version__ = "0.1.0"
+
 __all__ = [
     "AsyncDeltaPostgresSaver",
     "CorruptCheckpointError",
@@ -27,4 +30,5 @@ __all__ = [
     "MigrationError",
     "PruneStats",
     "SetupRequiredError",
+    "__version__",
 ]

@@ -31,12 +31,13 @@ from langgraph.checkpoint.base import (
     get_checkpoint_id,
     get_serializable_checkpoint_metadata,
 )
-from langgraph.checkpoint.serde.types import TASKS, _DeltaSnapshot
+from langgraph.checkpoint.serde.types import TASKS
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 
 from ._cache import NO_PLAN, HistoryCache
+from ._compat import _DeltaSnapshot
 from ._sql import Queries
 
 logger = logging.getLogger("langgraph_delta_postgres")
@@ -159,6 +160,24 @@ def connect_kwargs(conn_string: str, prepare_threshold: int | None) -> dict[str,
         options = params.get("options")
         kwargs["options"] = f"{options} {GENERIC_PLANS}" if options else GENERIC_PLANS
     return kwargs
+
+
+def packed_blobs(blobs: Sequence[bytes], prefix: str = "") -> dict[str, Any]:
+    """Blobs as the write statements take them: one ``bytea`` parameter holding them all
+    (``{prefix}data``), and each one's 1-based offset and length in it; the statement cuts
+    them out with ``substring``. A ``bytea[]`` parameter instead costs the server two more
+    copies of every blob (receiving an array copies each element, then the whole array):
+    with a 5 MB / 50 MB value, put took 1.5x / 1.4x the time (``%(x)b`` either way)."""
+    offsets: list[int] = []
+    at = 1
+    for b in blobs:
+        offsets.append(at)
+        at += len(b)
+    return {
+        f"{prefix}data": b"".join(blobs),
+        f"{prefix}offsets": offsets,
+        f"{prefix}lengths": [len(b) for b in blobs],
+    }
 
 
 def _configurable(config: RunnableConfig) -> dict[str, Any]:
@@ -305,6 +324,7 @@ class SaverCore(BaseCheckpointSaver[str]):
                         "checkpoints.where_id",
                         sep=" AND ",
                     ),
+                    q["checkpoints.tuples_of"],
                 ]
             )
         else:
@@ -314,6 +334,7 @@ class SaverCore(BaseCheckpointSaver[str]):
                     sql.SQL("WHERE"),
                     q.join("checkpoints.where_thread", "checkpoints.where_ns", sep=" AND "),
                     q["checkpoints.order_latest"],
+                    q["checkpoints.tuples_of"],
                 ]
             )
         rows = yield Stmt(query, params)
@@ -355,6 +376,7 @@ class SaverCore(BaseCheckpointSaver[str]):
             parts.append(q["checkpoints.order_newest_limit"])
         else:
             parts.append(q["checkpoints.order_newest"])
+        parts.append(q["checkpoints.tuples_of"])
         rows = yield Stmt(sql.SQL(" ").join(parts), params)
         return [self._row_to_tuple(r) for r in rows]
 
@@ -449,9 +471,11 @@ class SaverCore(BaseCheckpointSaver[str]):
             if k in blob_values
         ]
         # Whether a blob is stored for the other versioned channels (a value carried over
-        # from an earlier checkpoint, a snapshot older than this step) is the database's
-        # to say: the statement probes them by primary key.
-        known = {k for k, v in inline.items() if v is not None} | {b[0] for b in blob_rows}
+        # from an earlier checkpoint, a snapshot older than this step), or already was for
+        # the blobs written here (the same checkpoint put again: the inserts conflict and
+        # return nothing), is the database's to say: the statement probes them by
+        # primary key.
+        known = {k for k, v in inline.items() if v is not None}
         probe = [(k, str(v)) for k, v in versions.items() if k not in known]
         md = get_serializable_checkpoint_metadata(config, metadata)
         counters = md.get("counters_since_delta_snapshot")
@@ -475,7 +499,7 @@ class SaverCore(BaseCheckpointSaver[str]):
                 "blob_channels": [b[0] for b in blob_rows],
                 "blob_versions": [b[1] for b in blob_rows],
                 "blob_types": [b[2] for b in blob_rows],
-                "blob_values": [b[3] for b in blob_rows],
+                **packed_blobs([b[3] for b in blob_rows], "blob_"),
                 "inline_channels": [k for k, v in inline.items() if v is not None],
                 "probe_channels": [p[0] for p in probe],
                 "probe_versions": [p[1] for p in probe],
@@ -523,7 +547,7 @@ class SaverCore(BaseCheckpointSaver[str]):
                 "idxs": list(by_idx),
                 "channels": [w[0] for w in by_idx.values()],
                 "types": [w[1] for w in by_idx.values()],
-                "blobs": [w[2] for w in by_idx.values()],
+                **packed_blobs([w[2] for w in by_idx.values()]),
             },
             fetch=False,
         )

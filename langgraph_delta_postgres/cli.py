@@ -6,11 +6,13 @@ import argparse
 import shlex
 import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 
+from . import _embedded
 from . import migrate as _migrate
 from ._cliutil import CliError, connect, db_error, resolve_dsn
 from ._sql import check_schema
@@ -77,6 +79,30 @@ def cmd_status(args: argparse.Namespace) -> int:
     return _with_conn(args, body)
 
 
+def cmd_postgres(args: argparse.Namespace) -> int:
+    """Serve the embedded Postgres until Ctrl-C / SIGTERM: the DSN is stdout's first line."""
+    where = f"data kept in {args.dir}" if args.dir else "a temporary directory, removed on exit"
+    try:
+        with _embedded.started(args.dir, fallback="use a Postgres you run instead") as dsn:
+            print(dsn, flush=True)
+            print(
+                f"Postgres is running ({where}); Ctrl-C or SIGTERM stops it.\n"
+                f"  export LANGGRAPH_DELTA_PG_DSN='{dsn}'   # Agent Server checkpointer\n"
+                f"  export DATABASE_URL='{dsn}'   # langgraph-delta-pg migrate / inspect / demo",
+                file=sys.stderr,
+                flush=True,
+            )
+            try:
+                threading.Event().wait()
+            except KeyboardInterrupt:
+                pass
+            print("stopping Postgres", file=sys.stderr, flush=True)
+    except CliError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.code
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="langgraph-delta-pg",
@@ -99,6 +125,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     db_args(sp)
     sp.set_defaults(func=cmd_status)
+    sp = sub.add_parser(
+        "postgres",
+        help="run a local Postgres (embedded extra); prints its DSN, serves until Ctrl-C",
+        description="Start the embedded Postgres of the 'embedded' extra and print its DSN "
+        "as the first line of stdout; serve until Ctrl-C or SIGTERM, then stop it and remove "
+        "everything it made (with --dir: keep the data directory for the next start).",
+    )
+    sp.add_argument(
+        "--dir",
+        metavar="PATH",
+        help="keep the data in this directory (created if missing, reused if it holds data)",
+    )
+    sp.set_defaults(func=cmd_postgres)
     for name, module, helptext in (
         ("bench", "bench", "benchmark against the official saver"),
         ("demo", "demo", "run a long agent session on the embedded Postgres"),

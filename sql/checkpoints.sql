@@ -1,10 +1,16 @@
 -- checkpoints: reading checkpoint tuples (get_tuple, list).
 --
--- A query is `select_tuples` followed by `WHERE` and the predicates the call needs,
--- joined with AND, then one of the ordering blocks. Every block is a fragment of that
--- one statement; Python only picks which fragments, never writes SQL.
+-- A query is `select_tuples`, then `WHERE` and the predicates the call needs joined with
+-- AND, then one of the ordering blocks, then `tuples_of`. Every block is a fragment of that
+-- one statement; Python only picks which fragments, never writes SQL. The fragments up to
+-- the ordering block pick the checkpoint rows (a subquery on `checkpoints` alone: its
+-- ORDER BY / LIMIT make it an optimization fence); `tuples_of` then looks up the blobs and
+-- writes of the kept rows only. `list(limit=1)` on a 3,000-checkpoint thread used to run
+-- these lookups for all 3,000 rows before the LIMIT applied, because the sort on
+-- checkpoint_id (no index gives that order when the namespace is not fixed, nor without
+-- a thread) sat above the joins.
 --
--- Result columns of select_tuples
+-- Result columns (of the whole statement), newest first
 --   thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id  text
 --   checkpoint, metadata                                           jsonb
 --   blob_channels, blob_types text[], blob_values bytea[]   the non-"empty" blobs at the
@@ -35,7 +41,15 @@ SELECT
     wr.blobs AS write_blobs,
     se.types AS send_types,
     se.blobs AS send_blobs
-FROM {s}checkpoints AS c
+FROM (
+    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
+           c.checkpoint, c.metadata
+    FROM {s}checkpoints AS c
+
+-- name: tuples_of
+-- Closes the subquery opened by select_tuples; the outer ORDER BY costs no sort (the
+-- subquery's rows come in that order, and the planner knows it).
+) AS c
 CROSS JOIN LATERAL (
     SELECT array_agg(b.channel) AS channels,
            array_agg(b.type) AS types,
@@ -79,6 +93,7 @@ LEFT JOIN LATERAL (
       AND sw.checkpoint_id = c.parent_checkpoint_id
       AND sw.channel = %(tasks)s
 ) AS se ON TRUE
+ORDER BY c.checkpoint_id DESC
 
 -- name: where_thread
 c.thread_id = %(thread_id)s

@@ -81,16 +81,20 @@
 --   step" (1.85 s for 2,000 ancestors); the fenced form is one primary-key lookup per
 --   step whatever the statistics say (python scripts/explain_history.py --depth 2000).
 --
--- Range reads (measured on 3,000-deep 2-channel threads, Postgres 15, EXPLAIN ANALYZE
--- medians of 7 interleaved pairs, scratch harness; both kinds of rows):
---   * the writes: one range scan + hash join instead of one index probe per visited
---     checkpoint made the whole statement 1.17x faster on rows this saver wrote and
---     1.32x on rows the official saver wrote. Kept.
---   * the walk itself in stretches (a recursive step reading up to k rows of the
---     primary key in id order, keeping them while each is the parent of the one before,
---     k growing 8 -> 1024): 0.85x / 0.79x, i.e. slower; the window functions and
---     per-row array work of a stretch cost more than the index descents they save.
---     Not kept: the walk stays one primary-key lookup per ancestor.
+-- Range reads instead of a lookup per ancestor: three designs measured, none kept
+-- (3,000-deep 2-channel threads, Postgres 15, server time of EXPLAIN ANALYZE, medians of
+-- 7 interleaved pairs, scratch harness; rows this saver wrote / rows the official wrote):
+--   * the walk in stretches (a recursive step reading up to k rows of the primary key in
+--     id order, kept while each is the parent of the one before, k growing 8 -> 1024):
+--     0.85x / 0.79x, slower: the window functions and per-row array work of a stretch
+--     cost more than the index descents they save;
+--   * the writes of the whole walk in one range scan hash-joined to it: 1.17x / 1.32x
+--     faster on analyzed tables, but on a never-analyzed table the planner chose a
+--     nested loop over the two (1.93 s instead of 16 ms at depth 2,000), and a generic
+--     plan cached while the tables are small keeps that choice: the plan would depend on
+--     statistics, which this statement must not;
+--   * the same range scan probing a jsonb map of the walk (no join to choose): 0.82x /
+--     0.93x, slower.
 --
 -- EXPLAIN (ANALYZE, BUFFERS) on a 2,000-deep thread, with the command that produced it:
 --   docs/history-query.md (python scripts/explain_history.py --depth 2000 --channels 2).
@@ -101,10 +105,8 @@
 --   each step    checkpoints_pkey: one equality lookup per ancestor.
 --   claims       checkpoint_blobs_pkey (thread_id, checkpoint_ns, channel, version),
 --                at claimed seeds (and every active channel of a NULL row).
---   writes       one range scan of checkpoint_writes_pkey (thread_id, checkpoint_ns,
---                checkpoint_id between the lowest and highest id the walk visited),
---                hash-joined to the walk: only visited checkpoints' writes are kept (a
---                fork's rows in the range are read and dropped).
+--   writes       checkpoint_writes_pkey prefix (thread_id, checkpoint_ns, checkpoint_id),
+--                channel filtered on the few rows of one checkpoint.
 --   seed blob    checkpoint_blobs_pkey, once per seeded channel.
 --   Every table reference, the recursive term and each join included, filters on
 --   thread_id and checkpoint_ns, so the statement is routable on partitioned or
@@ -222,20 +224,17 @@ FROM (
         NULL::jsonb AS inline,
         w.checkpoint_id AS checkpoint_id,
         NULL::text AS ref
-    FROM (
-        SELECT x.checkpoint_id, x.channel, x.task_id, x.task_path, x.idx, x.type, x.blob
+    FROM walk AS w
+    CROSS JOIN LATERAL (
+        SELECT x.channel, x.task_id, x.task_path, x.idx, x.type, x.blob
         FROM {s}checkpoint_writes AS x
         WHERE x.thread_id = %(thread_id)s
           AND x.checkpoint_ns = %(checkpoint_ns)s
-          AND x.checkpoint_id >= (SELECT min(m.checkpoint_id) FROM walk AS m WHERE m.depth > 0)
-          AND x.checkpoint_id <= (SELECT max(m.checkpoint_id) FROM walk AS m WHERE m.depth > 0)
-          AND x.channel = ANY (%(channels)s::text[])
+          AND x.checkpoint_id = w.checkpoint_id
+          AND x.channel = ANY (w.active)
+          AND x.channel <> ALL (w.held)
         OFFSET 0
     ) AS cw
-    JOIN walk AS w
-      ON w.checkpoint_id = cw.checkpoint_id
-     AND cw.channel = ANY (w.active)
-     AND cw.channel <> ALL (w.held)
     WHERE w.depth > 0 AND NOT w.looped
     UNION ALL
     SELECT

@@ -5,10 +5,14 @@
 -- Parameters: thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id,
 --   checkpoint jsonb (channel_values holding only inline primitives and the `true`
 --   markers of _DeltaSnapshot blobs), metadata jsonb,
---   blob_channels/blob_versions/blob_types/blob_values: the blobs to write (new versions);
+--   blob_channels/blob_versions/blob_types/blob_offsets/blob_lengths: the blobs to
+--   write (new versions), each cut out of blob_data (bytea: all of them, concatenated;
+--   see _core.packed_blobs for why not a bytea[]) at its 1-based offset and length;
 --   inline_channels: channels stored inline with a non-null value;
---   probe_channels/probe_versions: the other versioned channels, with the version
---   channel_versions names, to find out whether a blob is already stored for them;
+--   probe_channels/probe_versions: every versioned channel not inline (those written
+--   here included), with the version channel_versions names, to find out whether a
+--   non-"empty" blob was already stored for it (a blob this statement writes again
+--   conflicts, and is not returned by new_blobs);
 --   delta_channels/delta_updates/delta_supersteps: counters_since_delta_snapshot.
 -- stored_channels = inline ∪ blobs this statement inserted ∪ blobs already present.
 -- A data-modifying CTE's rows are invisible to the rest of the statement, hence the
@@ -16,11 +20,12 @@
 -- Indexes: checkpoint_blobs_pkey (conflict + probe), checkpoints_pkey (conflict).
 WITH new_blobs AS (
     INSERT INTO {s}checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
-    SELECT %(thread_id)s, %(checkpoint_ns)s, u.channel, u.version, u.type, u.blob
+    SELECT %(thread_id)s, %(checkpoint_ns)s, u.channel, u.version, u.type,
+           substring(%(blob_data)b::bytea FROM u.off FOR u.len)
     FROM unnest(
-        %(blob_channels)s::text[], %(blob_versions)s::text[],
-        %(blob_types)s::text[], %(blob_values)s::bytea[]
-    ) AS u(channel, version, type, blob)
+        %(blob_channels)s::text[], %(blob_versions)s::text[], %(blob_types)s::text[],
+        %(blob_offsets)s::int[], %(blob_lengths)s::int[]
+    ) AS u(channel, version, type, off, len)
     ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
     RETURNING channel, type
 )
@@ -63,13 +68,17 @@ ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
 -- put_writes for regular channels: the first write of a (task_id, idx) wins, so a task
 -- retried after a crash cannot change what was recorded. Parameters: thread_id,
 -- checkpoint_ns, checkpoint_id, task_id, task_path, and the parallel arrays idxs,
--- channels, types, blobs (distinct idxs). Index: checkpoint_writes_pkey (conflict).
+-- channels, types, offsets, lengths (distinct idxs): each write's blob is cut out of data
+-- (bytea, the blobs concatenated, as put_checkpoint's blob_data). Index:
+-- checkpoint_writes_pkey (conflict).
 INSERT INTO {s}checkpoint_writes
     (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
 SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, %(task_path)s,
-       u.idx, u.channel, u.type, u.blob
-FROM unnest(%(idxs)s::int[], %(channels)s::text[], %(types)s::text[], %(blobs)s::bytea[])
-    AS u(idx, channel, type, blob)
+       u.idx, u.channel, u.type, substring(%(data)b::bytea FROM u.off FOR u.len)
+FROM unnest(
+    %(idxs)s::int[], %(channels)s::text[], %(types)s::text[],
+    %(offsets)s::int[], %(lengths)s::int[]
+) AS u(idx, channel, type, off, len)
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
 
 -- name: upsert_writes
@@ -79,9 +88,11 @@ ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
 INSERT INTO {s}checkpoint_writes
     (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
 SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, %(task_path)s,
-       u.idx, u.channel, u.type, u.blob
-FROM unnest(%(idxs)s::int[], %(channels)s::text[], %(types)s::text[], %(blobs)s::bytea[])
-    AS u(idx, channel, type, blob)
+       u.idx, u.channel, u.type, substring(%(data)b::bytea FROM u.off FOR u.len)
+FROM unnest(
+    %(idxs)s::int[], %(channels)s::text[], %(types)s::text[],
+    %(offsets)s::int[], %(lengths)s::int[]
+) AS u(idx, channel, type, off, len)
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
     channel = EXCLUDED.channel,
     type = EXCLUDED.type,

@@ -373,6 +373,9 @@ def markdown(res: dict[str, Any], img_rel: str, images: list[Path]) -> str:
                 L += ["", f"![{path.stem}]({img_rel}/{path.name})"]
         L.append("")
 
+    from .listput import markdown as listput_markdown
+
+    L += listput_markdown(res)
     if res.get("explain"):
         L += ["## EXPLAIN (ANALYZE, BUFFERS) of our statement on the headline targets", ""]
         for k, text in res["explain"].items():

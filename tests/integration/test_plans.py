@@ -99,3 +99,8 @@ def test_plan_cached_on_tiny_tables_stays_a_key_lookup(dsn: str) -> None:
         )
         assert "Seq Scan" not in plan and "thread_id_idx" not in plan, plan
         assert "checkpoints_pkey" in plan and "checkpoint_writes_pkey" in plan, plan
+        # writes are looked up per visited checkpoint: no join whose method the planner
+        # picks from statistics (a nested loop over the whole walk per write row was
+        # chosen on never-analyzed tables: 1.93 s instead of 16 ms at depth 2,000)
+        assert "(checkpoint_id = w.checkpoint_id)" in plan, plan
+        assert "Hash Join" not in plan and "Merge Join" not in plan, plan

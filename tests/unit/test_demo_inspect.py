@@ -64,25 +64,54 @@ def test_demo_embedded_prints_table_and_leaves_nothing(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     assert "Traceback" not in p.stderr
     out = p.stdout
-    for label in (
-        "DeltaChannel",
-        "full snapshot",
-        "stored bytes",
-        "resume, latest",
-        "resume, deepest",
-        "statements per load",
-        "depth walked",
-        "embedded Postgres",
-    ):
-        assert label in out, out
-    row = next(ln for ln in out.splitlines() if ln.strip().startswith("statements per load"))
-    # our saver: get_tuple + one history statement; full snapshots: get_tuple only
-    assert row.split()[-2:] == ["2", "1"], row
-    ratio = next(ln for ln in out.splitlines() if ln.strip().startswith("stored bytes"))
-    assert ratio.rstrip().endswith("x"), ratio
-    assert float(ratio.split()[-1].rstrip("x")) > 1.0, ratio
+    lines = out.splitlines()
+    # The comparison with the official saver: its header names the installed version.
+    from importlib.metadata import version
+
+    header = next(ln for ln in lines if "this package" in ln and "official" in ln)
+    assert f"official {version('langgraph-checkpoint-postgres')}" in header, header
+    assert header.split()[-3:] == ["official", "/", "ours"], header
+
+    def row(name: str) -> list[str]:
+        return next(ln for ln in lines if ln.strip().startswith(name)).split()
+
+    for name in ("resume, latest", "resume, deepest", "history page (10 states)"):
+        r = row(name)
+        assert r[-4] == "ms" and r[-2] == "ms" and r[-1].endswith("x"), r
+        assert float(r[-5]) > 0 and float(r[-3]) > 0, r
+    # ours: get_tuple + one history statement; the official saver: get_tuple + its walk
+    ours, official = (int(x) for x in row("statements: resume")[-2:])
+    assert ours == 2 and official > ours, (ours, official)
+    ours, official = (int(x) for x in row("statements: history page")[-2:])
+    assert ours <= 11 and official > ours, (ours, official)
+    stored = row("stored bytes")
+    assert stored[-1].endswith("x"), stored
+    baseline = next(ln for ln in lines if "on this package:" in ln)
+    assert "the DeltaChannel thread's bytes" in baseline
+    assert float(baseline.split(",")[-1].split("x")[0]) > 1.0, baseline
+    assert "embedded Postgres" in out
+    # a real progress bar, per session, with a rate (tqdm)
+    for label in ("this package, DeltaChannel", "official PostgresSaver", "full-snapshot"):
+        assert label in p.stderr, p.stderr
+    assert "turn/s" in p.stderr
     assert list(tmp.glob("lgdp-pg-*")) == []
     assert postgres_processes_under(tmp) == []
+
+
+def test_demo_without_its_extra_says_what_to_install() -> None:
+    # tqdm missing, simulated: the demo extra is what brings it
+    code = (
+        "import sys; sys.modules['tqdm'] = None\n"
+        "from langgraph_delta_postgres.cli import main\n"
+        "sys.exit(main(['demo', '--turns', '1']))\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert p.returncode == 2
+    assert one_line_error(p) == (
+        "error: the demo needs tqdm: pip install 'langgraph-delta-postgres[demo]'"
+    )
 
 
 def _demo_schemas(dsn: str) -> list[str]:
@@ -116,6 +145,14 @@ def test_demo_keep_then_inspect_the_kept_schema(dsn: str) -> None:
     rep_full = json.loads(full.stdout)
     assert rep_full["delta_channels"] == []
     assert rep_full["bytes"]["blobs"] > rep["bytes"]["blobs"]
+    official = cli(
+        "inspect", "--thread", "demo-official", "--schema", schema, "--json", "--dsn", dsn
+    )
+    assert official.returncode == 0, official.stderr
+    assert [c["channel"] for c in json.loads(official.stdout)["delta_channels"]] == [
+        "files",
+        "messages",
+    ]
 
 
 # ---------------------------------------------------------------------- inspect

@@ -1,0 +1,145 @@
+"""`langgraph-delta-pg postgres` end to end: the DSN on stdout serves a real graph, and
+SIGTERM leaves no server process and no directory (``--dir`` keeps its data instead)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langgraph.channels.delta import DeltaChannel
+from langgraph.graph import START, StateGraph
+
+from langgraph_delta_postgres import DeltaPostgresSaver
+from tests.unit.test_demo_inspect import one_line_error, postgres_processes_under
+
+START_TIMEOUT = 120
+
+
+def _append(state: list[str], writes: list[Any]) -> list[str]:
+    return state + [m for w in writes for m in (w if isinstance(w, list) else [w])]
+
+
+class State(TypedDict):
+    log: Annotated[list[str], DeltaChannel(_append, snapshot_frequency=3)]
+
+
+def _graph(saver: DeltaPostgresSaver) -> Any:
+    g: StateGraph[Any] = StateGraph(State)
+    g.add_node("echo", lambda s: {"log": [f"echo {s['log'][-1]}"]})
+    g.add_edge(START, "echo")
+    return g.compile(checkpointer=saver)
+
+
+class Served:
+    def __init__(self, proc: subprocess.Popen[str], dsn: str) -> None:
+        self.proc = proc
+        self.dsn = dsn
+
+    def stop(self) -> tuple[int, str]:
+        """SIGTERM, as a service manager sends; returns (exit code, stderr)."""
+        self.proc.send_signal(signal.SIGTERM)
+        _, err = self.proc.communicate(timeout=START_TIMEOUT)
+        return self.proc.returncode, err
+
+
+def serve(tmp: Path, *args: str) -> Served:
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env["TMPDIR"] = str(tmp)  # the temporary data directory lands in this test's tmp
+    # pgserver's inter-process lock file lives in the user runtime directory, shared by
+    # every pgserver on the machine: kept apart here so `tmp` holds only this server.
+    env["XDG_RUNTIME_DIR"] = str(tmp.parent / "runtime")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "langgraph_delta_postgres", "postgres", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    watchdog = threading.Timer(START_TIMEOUT, proc.kill)
+    watchdog.start()
+    try:
+        first = proc.stdout.readline() if proc.stdout else ""
+    finally:
+        watchdog.cancel()
+    if not first:
+        _, err = proc.communicate(timeout=START_TIMEOUT)
+        pytest.fail(f"no DSN on stdout (exit {proc.returncode}): {err}")
+    return Served(proc, first.strip())
+
+
+@pytest.fixture
+def tmp(tmp_path: Path) -> Iterator[Path]:
+    d = tmp_path / "t"
+    d.mkdir()
+    (tmp_path / "runtime").mkdir(mode=0o700)  # XDG requires an owned 0700 runtime dir
+    yield d
+
+
+def _turns(dsn: str, thread: str, words: list[str]) -> list[str]:
+    with DeltaPostgresSaver.from_conn_string(dsn) as saver:
+        saver.setup()
+        graph = _graph(saver)
+        cfg = {"configurable": {"thread_id": thread}}
+        for w in words:
+            graph.invoke({"log": [w]}, cfg)
+        return list(graph.get_state(cfg).values["log"])
+
+
+def test_dsn_serves_a_graph_and_sigterm_leaves_nothing(tmp: Path) -> None:
+    served = serve(tmp)
+    assert served.dsn.startswith("postgresql://"), served.dsn
+    assert list(tmp.glob("lgdp-pg-*")), "the server runs in a directory under TMPDIR"
+    assert _turns(served.dsn, "t1", ["a", "b"]) == ["a", "echo a", "b", "echo b"]
+    code, err = served.stop()
+    assert code == 0, err
+    assert "Traceback" not in err
+    assert "LANGGRAPH_DELTA_PG_DSN" in err  # the hints are on stderr, not stdout
+    assert list(tmp.iterdir()) == []
+    assert postgres_processes_under(tmp) == []
+    runtime = tmp.parent / "runtime"
+    assert [p.name for p in runtime.rglob("*") if p.name != ".lockfile"] == [
+        "python_PostgresServer"
+    ]
+
+
+def test_dir_keeps_the_data_for_the_next_start(tmp: Path) -> None:
+    data = tmp / "pgdata"
+    served = serve(tmp, "--dir", str(data))
+    assert _turns(served.dsn, "kept", ["a"]) == ["a", "echo a"]
+    code, err = served.stop()
+    assert code == 0, err
+    assert (data / "PG_VERSION").exists()
+    assert not (data / "postmaster.pid").exists()  # stopped, not just abandoned
+
+    served = serve(tmp, "--dir", str(data))
+    try:
+        assert _turns(served.dsn, "kept", ["b"]) == ["a", "echo a", "b", "echo b"]
+    finally:
+        code, err = served.stop()
+    assert code == 0, err
+    assert sorted(p.name for p in tmp.iterdir()) == ["pgdata"]
+    assert not (data / "postmaster.pid").exists()
+
+
+def test_dir_that_is_not_a_data_directory_is_refused(tmp: Path) -> None:
+    other = tmp / "notes"
+    other.mkdir()
+    (other / "todo.txt").write_text("keep me")
+    p = subprocess.run(
+        [sys.executable, "-m", "langgraph_delta_postgres", "postgres", "--dir", str(other)],
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT,
+        check=False,
+    )
+    assert p.returncode == 1
+    assert p.stdout == ""
+    assert "not a Postgres data directory" in one_line_error(p)
+    assert (other / "todo.txt").read_text() == "keep me"
