@@ -54,10 +54,14 @@ def _server_modules() -> tuple[Any, Any]:
 
 
 class Counting(psycopg.AsyncCursor[Any]):
+    """Counts the saver's statements; the pool's connection check (an empty query on
+    checkout, ConnectionPool.check_connection) is a health probe, not counted."""
+
     executed: list[str] = []
 
     async def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:  # type: ignore[override]
-        Counting.executed.append(str(query))
+        if str(query).strip():
+            Counting.executed.append(str(query))
         return await super().execute(query, params, **kw)
 
     async def executemany(self, query: Any, params_seq: Any, **kw: Any) -> Any:  # type: ignore[override]
