@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
             "error: the prune command needs rich: pip install 'langgraph-delta-postgres[cli]'",
             file=sys.stderr,
         )
-        return 1
+        return 2  # like demo and bench without their extras
     before = datetime.now(UTC) - args.older_than if args.older_than is not None else None
     strategy = "delete" if args.delete else "keep_latest"
     try:
