@@ -36,38 +36,12 @@ from tests.graph._util import (
     official_saver,
 )
 from tests.graph.test_delta_graphs import chat_builder, fanout_builder, subgraph_builder
+from tests.graph.test_history_differential import CHANNELS, forks, linear, namespaces
 
-CHANNELS = ["msgs", "files", "count"]
 QUERY_CHANNELS: list[list[str]] = [CHANNELS, ["msgs"], ["never_written", "count"], []]
 
 
 # ----------------------------------------------------------------------------- shapes
-
-
-def linear(rng: random.Random, n: int = 40, **kw: Any) -> list[Step]:
-    g = ThreadGen(rng, CHANNELS, "t")
-    last = None
-    for _ in range(n):
-        last = g.step(last, **kw)
-    return g.steps
-
-
-def forks(rng: random.Random, n: int = 45) -> list[Step]:
-    g = ThreadGen(rng, CHANNELS, "t")
-    last = g.step(None)
-    for _ in range(n - 1):
-        parent = rng.choice(g.steps) if rng.random() < 0.3 else last
-        last = g.step(parent)
-    return g.steps
-
-
-def namespaces(rng: random.Random, n: int = 45) -> list[Step]:
-    g = ThreadGen(rng, CHANNELS, "t")
-    lasts: dict[str, Step | None] = {"": None, "sub:1": None, "sub:1|inner:2": None}
-    for _ in range(n):
-        ns = rng.choice(list(lasts))
-        lasts[ns] = g.step(lasts[ns], ns)
-    return g.steps
 
 
 def uuid6_at(nanoseconds: int, clock_seq: int) -> str:
