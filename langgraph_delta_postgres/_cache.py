@@ -136,6 +136,16 @@ class HistoryCache:
             for key in [k for k in self._buckets if k[0] in drop]:
                 self.nbytes -= self._buckets.pop(key).nbytes
 
+    def touched(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
+        """This saver wrote to a checkpoint (put again, or writes added): when a walk
+        visited it before, what the cache holds of its thread may be out of date. Writes
+        are added to a checkpoint that already has children when a run resumes or forks
+        from it (LangGraph 1.2.0's update_state writes to the fork point)."""
+        with self._lock:
+            bucket = self._buckets.get((thread_id, ns))
+            if bucket is not None and checkpoint_id in bucket.nodes:
+                self.nbytes -= self._buckets.pop((thread_id, ns)).nbytes
+
     def clear(self) -> None:
         with self._lock:
             self._buckets.clear()

@@ -509,6 +509,8 @@ class SaverCore(BaseCheckpointSaver[str]):
             },
             fetch=False,
         )
+        if self.history_cache is not None:  # the same checkpoint put again
+            self.history_cache.touched(thread_id, ns, checkpoint["id"])
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -551,6 +553,8 @@ class SaverCore(BaseCheckpointSaver[str]):
             },
             fetch=False,
         )
+        if self.history_cache is not None:
+            self.history_cache.touched(_thread_id(config), _ns(config), str(checkpoint_id))
         return None
 
     # ------------------------------------------------------------------ maintenance

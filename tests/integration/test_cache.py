@@ -139,6 +139,25 @@ def test_thread_written_again_under_the_same_ids_is_never_stale(dsn: str) -> Non
                 assert got != canon_history(old)  # the rewrite changed every answer
 
 
+def test_writes_added_to_a_cached_ancestor_are_seen(dsn: str) -> None:
+    """A run that resumes or forks from an old checkpoint adds writes to it after its
+    children exist (LangGraph 1.2.0's update_state writes to the fork point): a cached
+    chain through it must not hide them."""
+    with DeltaPostgresSaver.from_conn_string(dsn) as saver:
+        chain = write_chain(saver, "fork", 30, CHANNELS)
+        head = _cfg("fork", chain.ids[-1])
+        saver.get_delta_channel_history(config=head, channels=CHANNELS)
+        saver.get_delta_channel_history(config=head, channels=CHANNELS)
+        assert saver.history_cache is not None and saver.history_cache.chain_hits > 0
+        fork_point = _cfg("fork", chain.ids[10])
+        saver.put_writes(fork_point, [("messages", ["forked"])], task_id="late", task_path="~z")
+        got = saver.get_delta_channel_history(config=head, channels=CHANNELS)
+        with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as fresh:
+            want = fresh.get_delta_channel_history(config=head, channels=CHANNELS)
+        assert canon_history(got) == canon_history(want)
+        assert ("late", "messages", ["forked"]) in got["messages"]["writes"]
+
+
 def test_own_maintenance_forgets_threads(dsn: str) -> None:
     with DeltaPostgresSaver.from_conn_string(dsn) as saver:
         write_chain(saver, "gone", 20, CHANNELS)

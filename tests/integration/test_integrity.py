@@ -460,7 +460,7 @@ def test_delete_put_race_loop_sync(dsn: str) -> None:
                 c = {"configurable": {"thread_id": threads[k % len(threads)] + f"-{k % 2}"}}
                 try:
                     g.invoke({"items": ["a"]}, c)
-                    g.update_state(c, {"note": str(rnd.random())})
+                    g.update_state(c, {"note": str(rnd.random())}, as_node="agent")
                     g.get_state(c)
                     ops[0] += 1
                 except BaseException as e:  # noqa: BLE001 - every error counts
@@ -513,7 +513,7 @@ async def test_delete_put_race_loop_async(dsn: str) -> None:
                 c = {"configurable": {"thread_id": threads[k % len(threads)] + f"-{k % 2}"}}
                 try:
                     await g.ainvoke({"items": ["a"]}, c)
-                    await g.aupdate_state(c, {"note": str(rnd.random())})
+                    await g.aupdate_state(c, {"note": str(rnd.random())}, as_node="agent")
                     await g.aget_state(c)
                     ops[0] += 1
                 except Exception as e:  # noqa: BLE001
