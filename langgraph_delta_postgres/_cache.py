@@ -283,6 +283,7 @@ class HistoryCache:
         if not visited:
             return
         dumps = pickle.dumps
+        parent_of = {cid: parent for cid, parent, _, _ in visited}
         # Per channel, the stretch this call fetched (oldest first) and its segment.
         segments: dict[str, tuple[list[str], _Segment]] = {}
         for ch in channels:
@@ -294,7 +295,7 @@ class HistoryCache:
             if ch in seed_at:
                 _, held, value = seed_at[ch]
                 seed = held if held is not None else dumps(value, protocol=5)
-            below = visited[[v[0] for v in visited].index(ids[0])][1]
+            below = parent_of[ids[0]]
             data = dumps([by_id.get(cid, []) for cid in ids], protocol=5)
             segments[ch] = (ids, _Segment(data, seed, None if seed is not None else below))
         added = 0

@@ -742,7 +742,7 @@ class SaverCore(BaseCheckpointSaver[str]):
                     )
                 if r["checkpoint_id"] != c["checkpoint_id"]:
                     kept.add((thread_id, ns, r["checkpoint_id"]))
-        yield Stmt(
+        touched = yield Stmt(
             self.queries["maintenance.delete_runs"],
             {
                 "run_ids": ids,
@@ -750,7 +750,6 @@ class SaverCore(BaseCheckpointSaver[str]):
                 "kept_ns": [k[1] for k in kept],
                 "kept_ids": [k[2] for k in kept],
             },
-            fetch=False,
         )
         if kept:
             logger.warning(
@@ -761,8 +760,8 @@ class SaverCore(BaseCheckpointSaver[str]):
                 len(kept),
                 ", ".join(f"{t}/{n or '-'}/{i}" for t, n, i in sorted(kept)),
             )
-        if self.history_cache is not None:
-            self.history_cache.clear()  # which threads the runs touched is not known here
+        # Memory only: a walk cannot reach a deleted row, and a kept one is unchanged.
+        self._forget_threads([r["thread_id"] for r in touched])
         return None
 
     def _op_copy_thread(self, source: str, target: str) -> Op[None]:

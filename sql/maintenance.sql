@@ -17,7 +17,9 @@ DELETE FROM {s}checkpoints WHERE thread_id = ANY (%(thread_ids)s::text[])
 -- blobs no surviving checkpoint of the same thread and namespace references.
 -- Parameters: run_ids text[]; kept_threads, kept_ns, kept_ids text[]: checkpoints of the
 -- runs that later checkpoints still need (retention.run_children), kept with their
--- writes and blobs. A run's checkpoints are those of the thread it ran on: a row whose
+-- writes and blobs. Result column: thread_id, once per thread a checkpoint was deleted
+-- from (the saver's cache forgets those). A run's checkpoints are those of the thread it
+-- ran on: a row whose
 -- metadata names another thread_id is a copy (copy_thread of an older version, or of
 -- another saver) and is kept. Index: checkpoints_run_id_idx (metadata ->> 'run_id',
 -- migration 0005).
@@ -47,7 +49,7 @@ WITH kept AS (
     SELECT DISTINCT d.thread_id, d.checkpoint_ns, v.key AS channel, v.value AS version
     FROM dead AS d
     CROSS JOIN LATERAL jsonb_each_text(d.versions) AS v
-)
+), del_blobs AS (
 DELETE FROM {s}checkpoint_blobs AS b
 USING freed AS f
 WHERE b.thread_id = f.thread_id
@@ -68,6 +70,8 @@ WHERE b.thread_id = f.thread_id
                    AND k.checkpoint_id = c.checkpoint_id
              ))
   )
+)
+SELECT DISTINCT d.thread_id AS thread_id FROM dead AS d
 
 -- name: thread_exists
 -- Parameter: thread_id. Result column: found (a row when the thread has a checkpoint).
