@@ -156,7 +156,11 @@ class HistoryCache:
 
     # ------------------------------------------------------------------ one call
 
-    def plan(self, thread_id: str, ns: str, checkpoint_id: str | None, channels: list[str]) -> Plan:
+    def plan(
+        self, thread_id: str, ns: str, checkpoint_id: str | None, channels: list[str] | None
+    ) -> Plan:
+        """``channels`` None: not known yet (get_tuple's prefetch derives them in the
+        statement), so offer what the bucket holds for any channel."""
         key = (thread_id, ns)
         with self._lock:
             bucket = self._buckets.get(key)
@@ -170,6 +174,8 @@ class HistoryCache:
                 if node is not None and node.parent is not None:
                     candidates.append(node.parent)
             candidates += [t for t in reversed(bucket.tops) if t not in candidates]
+            if channels is None:
+                channels = list(bucket.ok)
             held_ids: list[str] = []
             held_tokens: list[str] = []
             for cid in candidates:

@@ -13,6 +13,7 @@ import os
 import random
 import shlex
 from collections.abc import Generator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, TypeVar, cast
@@ -36,7 +37,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 
-from ._cache import NO_PLAN, HistoryCache
+from ._cache import NO_PLAN, HistoryCache, Plan
 from ._compat import _DeltaSnapshot
 from ._sql import Queries
 
@@ -58,6 +59,32 @@ class Stmt:
 
 
 Op = Generator[Stmt, list[Any], T]
+
+
+@dataclass(frozen=True, slots=True)
+class _Prefetch:
+    """The history get_tuple read with its checkpoint (delta_history.tuple_history), for
+    the get_delta_channel_history call LangGraph makes next on the same checkpoint."""
+
+    saver: object
+    key: tuple[str, str, str]
+    channels: list[str]
+    plan: Plan
+    rows: list[tuple[Any, ...]]
+
+
+#: One slot per thread / asyncio task (a context): set by get_tuple, taken by the next
+#: history call of the same saver if it asks for that checkpoint, and cleared by any
+#: write this context makes (so an answer never predates a write its caller made).
+_PREFETCH: ContextVar[_Prefetch | None] = ContextVar("lgdp_history_prefetch", default=None)
+
+#: The columns of checkpoints.select_tuples, as delta_history.tuple_history sends them
+#: after the history's 8 columns and hist_channels (rows by position).
+_TUPLE_COLUMNS = (
+    "thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "checkpoint",
+    "metadata", "blob_channels", "blob_types", "blob_values", "write_task_ids",
+    "write_channels", "write_types", "write_blobs", "send_types", "send_blobs",
+)
 
 
 class HistoryError(RuntimeError):
@@ -212,8 +239,34 @@ class SaverCore(BaseCheckpointSaver[str]):
         #: The decoded-value cache of get_delta_channel_history (None: cache_bytes=0).
         self.history_cache: HistoryCache | None = cache if cache_bytes else None
 
+    def history_query(self) -> sql.Composed:
+        """The get_delta_channel_history statement (sql/delta_history.sql)."""
+        return self.queries.join(
+            "delta_history.walk", "delta_history.select_rows", "delta_history.rows",
+            "delta_history.order_rows",
+        )
+
+    def tuple_history_query(self) -> sql.Composed:
+        """get_tuple with the history LangGraph asks for next, in one statement."""
+        q = self.queries
+        return sql.SQL(" ").join(
+            [
+                q.join(
+                    "delta_history.walk", "delta_history.tuple_history",
+                    "delta_history.rows", "delta_history.tuple_rows",
+                    "checkpoints.select_tuples",
+                ),
+                sql.SQL("WHERE"),
+                q.join(
+                    "checkpoints.where_target", "checkpoints.tuples_of",
+                    "delta_history.tuple_end",
+                ),
+            ]
+        )
+
     def _forget_threads(self, thread_ids: Sequence[str]) -> None:
         """Drop what the cache holds of these threads (after this saver changed them)."""
+        _PREFETCH.set(None)
         if self.history_cache is not None:
             self.history_cache.forget(thread_ids)
 
@@ -306,39 +359,65 @@ class SaverCore(BaseCheckpointSaver[str]):
         )
 
     def _op_get_tuple(self, config: RunnableConfig) -> Op[CheckpointTuple | None]:
-        q = self.queries
-        params: dict[str, Any] = {
-            "tasks": TASKS,
-            "thread_id": _thread_id(config),
-            "checkpoint_ns": _ns(config),
-        }
-        if checkpoint_id := get_checkpoint_id(config):
-            params["checkpoint_id"] = checkpoint_id
-            query = sql.SQL(" ").join(
-                [
-                    q["checkpoints.select_tuples"],
-                    sql.SQL("WHERE"),
-                    q.join(
-                        "checkpoints.where_thread",
-                        "checkpoints.where_ns",
-                        "checkpoints.where_id",
-                        sep=" AND ",
-                    ),
-                    q["checkpoints.tuples_of"],
-                ]
+        """get_tuple. For the latest checkpoint (no checkpoint_id), with the delta
+        history LangGraph asks for next read in the same statement (see
+        delta_history.tuple_history and :class:`_Prefetch`)."""
+        thread_id, ns = _thread_id(config), _ns(config)
+        checkpoint_id = get_checkpoint_id(config) or None
+        if checkpoint_id is not None:
+            # A checkpoint by id: the tuple alone. Callers also read ancestors one by one
+            # by id (BaseCheckpointSaver's generic history walk, as langgraph-api's
+            # adapter runs it unpatched), where a walk per call would cost the square of
+            # the depth; and the checkpoint a run or get_state loads, the one a
+            # concurrent prune may supersede and delete, is the latest.
+            _PREFETCH.set(None)
+            rows = yield Stmt(
+                sql.SQL(" ").join(
+                    [
+                        self.queries["checkpoints.select_tuples"],
+                        sql.SQL("WHERE"),
+                        self.queries.join(
+                            "checkpoints.where_thread",
+                            "checkpoints.where_ns",
+                            "checkpoints.where_id",
+                            sep=" AND ",
+                        ),
+                        self.queries["checkpoints.tuples_of"],
+                    ]
+                ),
+                {"tasks": TASKS, "thread_id": thread_id, "checkpoint_ns": ns,
+                 "checkpoint_id": checkpoint_id},
             )
+            return self._row_to_tuple(rows[0]) if rows else None
+        cache = self.history_cache
+        plan = cache.plan(thread_id, ns, None, None) if cache is not None else NO_PLAN
+        rows = yield Stmt(
+            self.tuple_history_query(),
+            {
+                "tasks": TASKS,
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint_id,
+                "channels": None,
+                "max_depth": self.max_history_depth,
+                **plan.params(),
+            },
+            by_position=True,
+        )
+        # the first row is the 'a' row: the channels walked and the tuple (NULL: none)
+        if not rows or rows[0][0] != "a" or rows[0][11] is None:
+            _PREFETCH.set(None)
+            return None
+        first = rows[0]
+        row = dict(zip(_TUPLE_COLUMNS, first[9:], strict=True))
+        channels = first[8]
+        if channels:
+            key = (thread_id, ns, row["checkpoint_id"])
+            hist = [r[:8] for r in rows[1:]]
+            _PREFETCH.set(_Prefetch(self, key, channels, plan, hist))
         else:
-            query = sql.SQL(" ").join(
-                [
-                    q["checkpoints.select_tuples"],
-                    sql.SQL("WHERE"),
-                    q.join("checkpoints.where_thread", "checkpoints.where_ns", sep=" AND "),
-                    q["checkpoints.order_latest"],
-                    q["checkpoints.tuples_of"],
-                ]
-            )
-        rows = yield Stmt(query, params)
-        return self._row_to_tuple(rows[0]) if rows else None
+            _PREFETCH.set(None)
+        return self._row_to_tuple(row)
 
     def _op_list(
         self,
@@ -347,6 +426,7 @@ class SaverCore(BaseCheckpointSaver[str]):
         before: RunnableConfig | None,
         limit: int | None,
     ) -> Op[list[CheckpointTuple]]:
+        _PREFETCH.set(None)  # the prefetch serves only the call right after get_tuple
         q = self.queries
         params: dict[str, Any] = {"tasks": TASKS}
         preds: list[str] = []
@@ -389,9 +469,25 @@ class SaverCore(BaseCheckpointSaver[str]):
         thread_id, ns = _thread_id(config), _ns(config)
         checkpoint_id = get_checkpoint_id(config) or None
         cache = self.history_cache
+        pre = _PREFETCH.get()
+        if pre is not None:
+            _PREFETCH.set(None)  # taken once
+            if (
+                pre.saver is self
+                and pre.key == (thread_id, ns, checkpoint_id)
+                and set(wanted) <= set(pre.channels)
+            ):
+                if cache is not None:
+                    got = cache.answer(
+                        pre.plan, pre.channels, pre.rows, self.serde.loads_typed,
+                        self._raise_history_error,
+                    )
+                else:
+                    got = self._rows_to_history(pre.channels, pre.rows)
+                return {ch: got[ch] for ch in wanted}
         plan = cache.plan(thread_id, ns, checkpoint_id, wanted) if cache is not None else NO_PLAN
         rows = yield Stmt(
-            self.queries["delta_history"],
+            self.history_query(),
             {
                 "thread_id": thread_id,
                 "checkpoint_ns": ns,
@@ -509,6 +605,7 @@ class SaverCore(BaseCheckpointSaver[str]):
             },
             fetch=False,
         )
+        _PREFETCH.set(None)
         if self.history_cache is not None:  # the same checkpoint put again
             self.history_cache.touched(thread_id, ns, checkpoint["id"])
         return {
@@ -553,6 +650,7 @@ class SaverCore(BaseCheckpointSaver[str]):
             },
             fetch=False,
         )
+        _PREFETCH.set(None)
         if self.history_cache is not None:
             self.history_cache.touched(_thread_id(config), _ns(config), str(checkpoint_id))
         return None

@@ -333,7 +333,7 @@ def _explain(conn: Any, micro: dict[str, Any]) -> dict[str, str]:
             **NO_PLAN.params(),
         }
         rows = conn.execute(
-            sql.SQL("EXPLAIN (ANALYZE, BUFFERS) ") + saver.queries["delta_history"], params
+            sql.SQL("EXPLAIN (ANALYZE, BUFFERS) ") + saver.history_query(), params
         ).fetchall()
         out[key] = "\n".join(r[0] for r in rows)
     return out

@@ -58,7 +58,7 @@ def main() -> None:
                 params = {"thread_id": "deep", "checkpoint_ns": "", "checkpoint_id": None,
                           "channels": channels, "max_depth": saver.max_history_depth,
                           **NO_PLAN.params()}
-                q = saver.queries["delta_history"]
+                q = saver.history_query()
                 for _ in range(5):
                     conn.execute(q, params).fetchall()
                 plan = conn.execute(sql.SQL("EXPLAIN (ANALYZE, BUFFERS) ") + q, params)

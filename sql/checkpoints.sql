@@ -1,7 +1,8 @@
 -- checkpoints: reading checkpoint tuples (get_tuple, list).
 --
--- A query is `select_tuples`, then `WHERE` and the predicates the call needs joined with
--- AND, then one of the ordering blocks, then `tuples_of`. Every block is a fragment of that
+-- A list query is `select_tuples`, then `WHERE` and the predicates the call needs joined
+-- with AND, then one of the ordering blocks, then `tuples_of`; get_tuple's is the same
+-- inside delta_history.tuple_history, with `where_target` and no ordering block. Every block is a fragment of that
 -- one statement; Python only picks which fragments, never writes SQL. The fragments up to
 -- the ordering block pick the checkpoint rows (a subquery on `checkpoints` alone: its
 -- ORDER BY / LIMIT make it an optimization fence); `tuples_of` then looks up the blobs and
@@ -116,8 +117,11 @@ ORDER BY c.checkpoint_id DESC
 -- name: order_newest_limit
 ORDER BY c.checkpoint_id DESC LIMIT %(limit)s
 
--- name: order_latest
--- get_tuple without a checkpoint_id. A literal LIMIT, not a parameter: with LIMIT $n the
--- planner never trusts a generic plan, and re-planned this statement on every call
--- (about 0.4 ms of a 0.8 ms get_tuple).
-ORDER BY c.checkpoint_id DESC LIMIT 1
+-- name: where_target
+-- get_tuple (composed with delta_history.tuple_history, which reads its history in the
+-- same statement): the target the walk resolved (by id, or the latest by a backward
+-- primary-key scan with a literal LIMIT 1: with LIMIT $n the planner never trusted a
+-- generic plan and re-planned on every call), so both read the same checkpoint.
+c.thread_id = %(thread_id)s
+AND c.checkpoint_ns = %(checkpoint_ns)s
+AND c.checkpoint_id = (SELECT t.checkpoint_id FROM target AS t)

@@ -96,15 +96,21 @@ def _loop(t: LoadThread, ids: Sequence[str], make: Callable[[], Any]) -> Timed:
 
 def _saver_loop(t: LoadThread, ids: Sequence[str], make: Callable[[], Any]) -> Timed:
     """Untimed: a new saver; timed: what a resume asks of the saver at each checkpoint of
-    ``ids`` (get_tuple, then the history of the two DeltaChannel fields), without the
+    ``ids`` (get_tuple, then the history of the DeltaChannel fields with a version and no
+    value stored there, as LangGraph's channels_from_checkpoint asks), without the
     graph's own work of building the state (the same for every saver)."""
 
     def call(saver: Any) -> list[Any]:
         out = []
         for cid in ids:
-            cfg = _cfg(t.key, cid)
-            out.append(saver.get_tuple(cfg))
-            out.append(saver.get_delta_channel_history(config=cfg, channels=CHANNELS))
+            tup = saver.get_tuple(_cfg(t.key, cid))
+            cp = tup.checkpoint
+            replay = [
+                c for c in CHANNELS if c in cp["channel_versions"] and c not in cp["channel_values"]
+            ]
+            out.append(tup)
+            if replay:
+                out.append(saver.get_delta_channel_history(config=tup.config, channels=replay))
         return out
 
     return (make, call)

@@ -75,7 +75,7 @@ def measure_history(
     conn = ours0.conn
     with conn.cursor(binary=True, row_factory=dict_row) as cur:
         cur.execute(
-            ours0.queries["delta_history"],
+            ours0.history_query(),
             {
                 "thread_id": thread_id,
                 "checkpoint_ns": "",

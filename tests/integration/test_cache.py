@@ -253,7 +253,7 @@ def test_statement_sends_no_blob_the_client_holds(dsn: str) -> None:
         assert plan.held_tokens and plan.seed_tokens
         with saver._connection() as conn, conn.cursor(binary=True) as cur:
             cur.execute(
-                saver.queries["delta_history"],
+                saver.history_query(),
                 {
                     "thread_id": "held",
                     "checkpoint_ns": "",

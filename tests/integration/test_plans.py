@@ -87,10 +87,10 @@ def test_plan_cached_on_tiny_tables_stays_a_key_lookup(dsn: str) -> None:
         plan = "\n".join(
             r[0]
             for r in saver.conn.execute(
-                # parameters in order of first use: thread_id, checkpoint_ns, checkpoint_id,
-                # channels, held_ids, held_tokens, max_depth, seed_tokens, nodes
+                # parameters in order of first use: channels, thread_id, checkpoint_ns,
+                # checkpoint_id, held_ids, held_tokens, max_depth, seed_tokens, nodes
                 sql.SQL(
-                    "EXPLAIN EXECUTE {}('grow', '', {}, ARRAY['ch'], '{{}}', '{{}}', 1000000, "
+                    "EXPLAIN EXECUTE {}(ARRAY['ch'], 'grow', '', {}, '{{}}', '{{}}', 1000000, "
                     "'{{}}', true)"
                 ).format(
                     sql.Identifier(row[0]), sql.Literal(cfg["configurable"]["checkpoint_id"])
