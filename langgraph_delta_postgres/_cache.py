@@ -34,10 +34,12 @@ whole budget is not kept. Buckets are never trimmed inside, so a chain is whole 
 
 from __future__ import annotations
 
+import gc
 import pickle
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +56,27 @@ MAX_TOPS = 4
 SEP = "\x1f"
 
 Row = tuple[Any, ...]
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused while an answer's objects are made.
+
+    An answer is thousands of new container objects (messages, their dicts and lists).
+    Made with the collector on, they trigger collection after collection, each scanning
+    every object the process holds: measured on the benchmark's resume loop (45 answers
+    kept alive, as a caller holding states does), the loop took twice as long with the
+    collector on as with it off. Paused, they are scanned once, by the first collection
+    after. Only resumed if it was on (an application that turned it off keeps it off);
+    process-wide, so another thread allocating meanwhile just collects a little later."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 @dataclass(slots=True, frozen=True)
@@ -210,31 +233,49 @@ class HistoryCache:
         held_at: dict[str, str] = {}
         seed_at: dict[str, tuple[str | None, bytes | None, Any]] = {}
         new_writes: dict[str, list[tuple[str, list[Any]]]] = {ch: [] for ch in channels}
-        for kind, channel, task_id, type_, blob, inline, checkpoint_id, ref in rows:
-            if kind == "w":
-                per = new_writes[channel]
-                if not per or per[-1][0] != checkpoint_id:
-                    per.append((checkpoint_id, []))
-                per[-1][1].append((task_id, channel, loads((type_, blob))))
-            elif kind == "c":
-                visited.append((checkpoint_id, task_id, ref, inline))
-            elif kind == "s":
-                token = f"{channel}{SEP}{ref}" if ref is not None else None
-                if type_ is not None and blob is None:
-                    self.seed_hits += 1
-                    data = plan.seeds[f"{channel}{SEP}{ref}"]
-                    seed_at[channel] = (token, data, pickle.loads(data))
+        with gc_paused():  # every value decoded or unpickled below
+            for kind, channel, task_id, type_, blob, inline, checkpoint_id, ref in rows:
+                if kind == "w":
+                    per = new_writes[channel]
+                    if not per or per[-1][0] != checkpoint_id:
+                        per.append((checkpoint_id, []))
+                    per[-1][1].append((task_id, channel, loads((type_, blob))))
+                elif kind == "c":
+                    visited.append((checkpoint_id, task_id, ref, inline))
+                elif kind == "s":
+                    token = f"{channel}{SEP}{ref}" if ref is not None else None
+                    if type_ is not None and blob is None:
+                        self.seed_hits += 1
+                        data = plan.seeds[f"{channel}{SEP}{ref}"]
+                        seed_at[channel] = (token, data, pickle.loads(data))
+                    else:
+                        value = loads((type_, blob)) if type_ else inline
+                        seed_at[channel] = (token, None, value)
+                elif kind == "h":
+                    self.chain_hits += 1
+                    held_at[channel] = checkpoint_id
                 else:
-                    value = loads((type_, blob)) if type_ else inline
-                    seed_at[channel] = (token, None, value)
-            elif kind == "h":
-                self.chain_hits += 1
-                held_at[channel] = checkpoint_id
-            else:
-                on_error((kind, channel, task_id, type_, blob, inline, checkpoint_id, ref))
-        # Older part first: what the cache holds below a held stop.
-        with self._lock:
-            older = {ch: self._chain(bucket, ch, cid) for ch, cid in held_at.items()}
+                    on_error((kind, channel, task_id, type_, blob, inline, checkpoint_id, ref))
+            # Older part first: what the cache holds below a held stop.
+            with self._lock:
+                older = {ch: self._chain(bucket, ch, cid) for ch, cid in held_at.items()}
+            self._hand_out(channels, result, older, seed_at, new_writes)
+        try:
+            self._keep(plan, channels, visited, new_writes, held_at, seed_at)
+        except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
+            # A value that cannot be pickled is answered, not cached.
+            self.forget([plan.key[0]])
+        return result
+
+    @staticmethod
+    def _hand_out(
+        channels: list[str],
+        result: dict[str, DeltaChannelHistory],
+        older: dict[str, tuple[list[tuple[bytes, int]], bytes | None]],
+        seed_at: dict[str, tuple[str | None, bytes | None, Any]],
+        new_writes: dict[str, list[tuple[str, list[Any]]]],
+    ) -> None:
+        """Fill the answer: the cached part unpickled (fresh copies), then the new part."""
         for ch in channels:
             entry = result[ch]
             writes = entry["writes"]
@@ -249,12 +290,6 @@ class HistoryCache:
                 entry["seed"] = seed_at[ch][2]
             for _, ws in new_writes[ch]:
                 writes.extend(ws)
-        try:
-            self._keep(plan, channels, visited, new_writes, held_at, seed_at)
-        except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
-            # A value that cannot be pickled is answered, not cached.
-            self.forget([plan.key[0]])
-        return result
 
     # ------------------------------------------------------------------ internals
 

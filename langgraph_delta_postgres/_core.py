@@ -37,7 +37,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 
-from ._cache import NO_PLAN, HistoryCache, Plan
+from ._cache import NO_PLAN, HistoryCache, Plan, gc_paused
 from ._compat import _DeltaSnapshot
 from ._sql import Queries
 
@@ -388,7 +388,10 @@ class SaverCore(BaseCheckpointSaver[str]):
                 {"tasks": TASKS, "thread_id": thread_id, "checkpoint_ns": ns,
                  "checkpoint_id": checkpoint_id},
             )
-            return self._row_to_tuple(rows[0]) if rows else None
+            if not rows:
+                return None
+            with gc_paused():  # see _cache.gc_paused
+                return self._row_to_tuple(rows[0])
         cache = self.history_cache
         plan = cache.plan(thread_id, ns, None, None) if cache is not None else NO_PLAN
         rows = yield Stmt(
@@ -417,7 +420,8 @@ class SaverCore(BaseCheckpointSaver[str]):
             _PREFETCH.set(_Prefetch(self, key, channels, plan, hist))
         else:
             _PREFETCH.set(None)
-        return self._row_to_tuple(row)
+        with gc_paused():  # see _cache.gc_paused
+            return self._row_to_tuple(row)
 
     def _op_list(
         self,
@@ -458,7 +462,8 @@ class SaverCore(BaseCheckpointSaver[str]):
             parts.append(q["checkpoints.order_newest"])
         parts.append(q["checkpoints.tuples_of"])
         rows = yield Stmt(sql.SQL(" ").join(parts), params)
-        return [self._row_to_tuple(r) for r in rows]
+        with gc_paused():  # see _cache.gc_paused
+            return [self._row_to_tuple(r) for r in rows]
 
     # ------------------------------------------------------------------ history
 
@@ -525,14 +530,15 @@ class SaverCore(BaseCheckpointSaver[str]):
         loads = self.serde.loads_typed
         result: dict[str, DeltaChannelHistory] = {ch: {"writes": []} for ch in channels}
         appenders = {ch: entry["writes"].append for ch, entry in result.items()}
-        for row in rows:
-            kind, channel, task_id, type_, blob, inline = row[:6]
-            if kind == "w":
-                appenders[channel]((task_id, channel, loads((type_, blob))))
-            elif kind == "s":
-                result[channel]["seed"] = loads((type_, blob)) if type_ else inline
-            else:
-                self._raise_history_error(row)
+        with gc_paused():  # see _cache.gc_paused
+            for row in rows:
+                kind, channel, task_id, type_, blob, inline = row[:6]
+                if kind == "w":
+                    appenders[channel]((task_id, channel, loads((type_, blob))))
+                elif kind == "s":
+                    result[channel]["seed"] = loads((type_, blob)) if type_ else inline
+                else:
+                    self._raise_history_error(row)
         return result
 
     # ------------------------------------------------------------------ writing

@@ -104,3 +104,46 @@ def test_plan_cached_on_tiny_tables_stays_a_key_lookup(dsn: str) -> None:
         # chosen on never-analyzed tables: 1.93 s instead of 16 ms at depth 2,000)
         assert "(checkpoint_id = w.checkpoint_id)" in plan, plan
         assert "Hash Join" not in plan and "Merge Join" not in plan, plan
+
+
+def test_get_tuple_with_history_plan_stays_a_key_lookup(dsn: str) -> None:
+    """get_tuple of the latest checkpoint runs the history walk in its own statement
+    (delta_history.tuple_history): prepared while the thread is tiny, its cached plan
+    must stay one primary-key lookup per step as the thread grows, like the history
+    statement's."""
+    with DeltaPostgresSaver.from_conn_string(dsn, prepare_threshold=0) as saver:
+        assert isinstance(saver.conn, psycopg.Connection)
+        latest: Any = {"configurable": {"thread_id": "grow-t", "checkpoint_ns": ""}}
+        cfg = latest
+        for step in range(300):
+            cp = empty_checkpoint()
+            cp["channel_versions"] = {"ch": saver.get_next_version(None, None)}
+            md: Any = {"source": "loop", "step": step,
+                       "counters_since_delta_snapshot": {"ch": [step + 1, step + 1]}}
+            cfg = saver.put(cfg, cp, md, {})
+            saver.put_writes(cfg, [("ch", step)], f"task-{step}")
+            if step == 2:  # prepared (and its plan cached) while the tables hold 3 rows
+                assert saver.get_tuple(latest) is not None
+        tup = saver.get_tuple(latest)
+        assert tup is not None
+        got = saver.get_delta_channel_history(config=tup.config, channels=["ch"])
+        assert [w[2] for w in got["ch"]["writes"]] == list(range(299))
+        row = saver.conn.execute(
+            "SELECT name FROM pg_prepared_statements "
+            "WHERE statement LIKE 'WITH RECURSIVE%' AND statement LIKE '%AS tu ON%'"
+        ).fetchone()
+        assert row is not None
+        plan = "\n".join(
+            r[0]
+            for r in saver.conn.execute(
+                # parameters in order of first use: channels, thread_id, checkpoint_ns,
+                # checkpoint_id, held_ids, held_tokens, max_depth, seed_tokens, nodes, tasks
+                sql.SQL(
+                    "EXPLAIN EXECUTE {}(NULL, 'grow-t', '', NULL, '{{}}', '{{}}', 1000000, "
+                    "'{{}}', true, '__pregel_tasks')"
+                ).format(sql.Identifier(row[0]))
+            )
+        )
+        assert "Seq Scan" not in plan and "thread_id_idx" not in plan, plan
+        assert "(checkpoint_id = w.checkpoint_id)" in plan, plan
+        assert "Hash Join" not in plan and "Merge Join" not in plan, plan
