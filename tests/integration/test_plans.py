@@ -62,6 +62,47 @@ def test_statements_are_not_replanned(dsn: str) -> None:
         assert all(custom == 0 and generic >= 1 for generic, custom in rows), rows
 
 
+def _grow(saver: DeltaPostgresSaver, thread_id: str, counters: bool, prime: Any) -> Any:
+    """300 checkpoints of one channel "ch" with a write each; ``prime(cfg)`` runs at step
+    2, so the statement it runs is prepared (and its plan cached) on 3 rows. ``counters``:
+    the metadata names "ch" as a DeltaChannel (get_tuple then walks its history)."""
+    cfg: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    for step in range(300):
+        cp = empty_checkpoint()
+        cp["channel_versions"] = {"ch": saver.get_next_version(None, None)}
+        md: Any = {"source": "loop", "step": step}
+        if counters:
+            md["counters_since_delta_snapshot"] = {"ch": [step + 1, step + 1]}
+        cfg = saver.put(cfg, cp, md, {})
+        saver.put_writes(cfg, [("ch", step)], f"task-{step}")
+        if step == 2:
+            prime(cfg)
+    return cfg
+
+
+def _cached_plan(saver: DeltaPostgresSaver, tuple_statement: bool, args: sql.Composable) -> str:
+    """EXPLAIN of the prepared history statement (or get_tuple's, which holds the same
+    walk) with these parameters: the generic plan cached when it was prepared."""
+    assert isinstance(saver.conn, psycopg.Connection)
+    row = saver.conn.execute(
+        "SELECT name FROM pg_prepared_statements WHERE statement LIKE 'WITH RECURSIVE%' "
+        f"AND statement {'' if tuple_statement else 'NOT '}LIKE '%AS tu ON%'"
+    ).fetchone()
+    assert row is not None
+    explain = sql.SQL("EXPLAIN EXECUTE {}({})").format(sql.Identifier(row[0]), args)
+    return "\n".join(r[0] for r in saver.conn.execute(explain))
+
+
+def _assert_key_lookups(plan: str) -> None:
+    assert "Seq Scan" not in plan and "thread_id_idx" not in plan, plan
+    assert "checkpoints_pkey" in plan and "checkpoint_writes_pkey" in plan, plan
+    # writes are looked up per visited checkpoint: no join whose method the planner
+    # picks from statistics (a nested loop over the whole walk per write row was
+    # chosen on never-analyzed tables: 1.93 s instead of 16 ms at depth 2,000)
+    assert "(checkpoint_id = w.checkpoint_id)" in plan, plan
+    assert "Hash Join" not in plan and "Merge Join" not in plan, plan
+
+
 def test_plan_cached_on_tiny_tables_stays_a_key_lookup(dsn: str) -> None:
     """The history statement is prepared while the thread is tiny; after the thread grows,
     its cached plan must still be one primary-key lookup per step (no seq scan, no
@@ -70,40 +111,17 @@ def test_plan_cached_on_tiny_tables_stays_a_key_lookup(dsn: str) -> None:
         assert isinstance(saver.conn, psycopg.Connection)
         idx = {r[0] for r in saver.conn.execute("SELECT indexname FROM pg_indexes")}
         assert not any(i.endswith("_thread_id_idx") for i in idx), idx
-        cfg: Any = {"configurable": {"thread_id": "grow", "checkpoint_ns": ""}}
-        for step in range(300):
-            cp = empty_checkpoint()
-            cp["channel_versions"] = {"ch": saver.get_next_version(None, None)}
-            cfg = saver.put(cfg, cp, {"source": "loop", "step": step}, {})
-            saver.put_writes(cfg, [("ch", step)], f"task-{step}")
-            if step == 2:  # prepared (and its plan cached) while the tables hold 3 rows
-                saver.get_delta_channel_history(config=cfg, channels=["ch"])
+        cfg = _grow(
+            saver, "grow", False,
+            lambda c: saver.get_delta_channel_history(config=c, channels=["ch"]),
+        )
         got = saver.get_delta_channel_history(config=cfg, channels=["ch"])
         assert [w[2] for w in got["ch"]["writes"]] == list(range(299))
-        row = saver.conn.execute(
-            "SELECT name FROM pg_prepared_statements WHERE statement LIKE 'WITH RECURSIVE%'"
-        ).fetchone()
-        assert row is not None
-        plan = "\n".join(
-            r[0]
-            for r in saver.conn.execute(
-                # parameters in order of first use: channels, thread_id, checkpoint_ns,
-                # checkpoint_id, held_ids, held_tokens, max_depth, seed_tokens, nodes
-                sql.SQL(
-                    "EXPLAIN EXECUTE {}(ARRAY['ch'], 'grow', '', {}, '{{}}', '{{}}', 1000000, "
-                    "'{{}}', true)"
-                ).format(
-                    sql.Identifier(row[0]), sql.Literal(cfg["configurable"]["checkpoint_id"])
-                )
-            )
-        )
-        assert "Seq Scan" not in plan and "thread_id_idx" not in plan, plan
-        assert "checkpoints_pkey" in plan and "checkpoint_writes_pkey" in plan, plan
-        # writes are looked up per visited checkpoint: no join whose method the planner
-        # picks from statistics (a nested loop over the whole walk per write row was
-        # chosen on never-analyzed tables: 1.93 s instead of 16 ms at depth 2,000)
-        assert "(checkpoint_id = w.checkpoint_id)" in plan, plan
-        assert "Hash Join" not in plan and "Merge Join" not in plan, plan
+        # parameters in order of first use: channels, thread_id, checkpoint_ns,
+        # checkpoint_id, held_ids, held_tokens, max_depth, seed_tokens, nodes
+        args = sql.SQL("ARRAY['ch'], 'grow', '', {}, '{{}}', '{{}}', 1000000, '{{}}', true")
+        target = sql.Literal(cfg["configurable"]["checkpoint_id"])
+        _assert_key_lookups(_cached_plan(saver, False, args.format(target)))
 
 
 def test_get_tuple_with_history_plan_stays_a_key_lookup(dsn: str) -> None:
@@ -112,38 +130,15 @@ def test_get_tuple_with_history_plan_stays_a_key_lookup(dsn: str) -> None:
     must stay one primary-key lookup per step as the thread grows, like the history
     statement's."""
     with DeltaPostgresSaver.from_conn_string(dsn, prepare_threshold=0) as saver:
-        assert isinstance(saver.conn, psycopg.Connection)
         latest: Any = {"configurable": {"thread_id": "grow-t", "checkpoint_ns": ""}}
-        cfg = latest
-        for step in range(300):
-            cp = empty_checkpoint()
-            cp["channel_versions"] = {"ch": saver.get_next_version(None, None)}
-            md: Any = {"source": "loop", "step": step,
-                       "counters_since_delta_snapshot": {"ch": [step + 1, step + 1]}}
-            cfg = saver.put(cfg, cp, md, {})
-            saver.put_writes(cfg, [("ch", step)], f"task-{step}")
-            if step == 2:  # prepared (and its plan cached) while the tables hold 3 rows
-                assert saver.get_tuple(latest) is not None
+        _grow(saver, "grow-t", True, lambda c: saver.get_tuple(latest))
         tup = saver.get_tuple(latest)
         assert tup is not None
         got = saver.get_delta_channel_history(config=tup.config, channels=["ch"])
         assert [w[2] for w in got["ch"]["writes"]] == list(range(299))
-        row = saver.conn.execute(
-            "SELECT name FROM pg_prepared_statements "
-            "WHERE statement LIKE 'WITH RECURSIVE%' AND statement LIKE '%AS tu ON%'"
-        ).fetchone()
-        assert row is not None
-        plan = "\n".join(
-            r[0]
-            for r in saver.conn.execute(
-                # parameters in order of first use: channels, thread_id, checkpoint_ns,
-                # checkpoint_id, held_ids, held_tokens, max_depth, seed_tokens, nodes, tasks
-                sql.SQL(
-                    "EXPLAIN EXECUTE {}(NULL, 'grow-t', '', NULL, '{{}}', '{{}}', 1000000, "
-                    "'{{}}', true, '__pregel_tasks')"
-                ).format(sql.Identifier(row[0]))
-            )
+        # parameters in order of first use: channels, thread_id, checkpoint_ns,
+        # checkpoint_id, held_ids, held_tokens, max_depth, seed_tokens, nodes, tasks
+        args = sql.SQL(
+            "NULL, 'grow-t', '', NULL, '{{}}', '{{}}', 1000000, '{{}}', true, '__pregel_tasks'"
         )
-        assert "Seq Scan" not in plan and "thread_id_idx" not in plan, plan
-        assert "(checkpoint_id = w.checkpoint_id)" in plan, plan
-        assert "Hash Join" not in plan and "Merge Join" not in plan, plan
+        _assert_key_lookups(_cached_plan(saver, True, args.format()))
