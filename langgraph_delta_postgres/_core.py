@@ -234,20 +234,32 @@ class SaverCore(BaseCheckpointSaver[str]):
 
     def _init_core(self, schema: str | None, cache_bytes: int) -> None:
         self.queries = Queries(schema)  # checks the name (see _sql.check_schema)
+        #: statements composed of several blocks, built on first use (history_query, ...)
+        self._composed: dict[str, sql.Composed] = {}
         self.schema = schema
         cache = HistoryCache(cache_bytes)  # validates cache_bytes
         #: The decoded-value cache of get_delta_channel_history (None: cache_bytes=0).
         self.history_cache: HistoryCache | None = cache if cache_bytes else None
 
     def history_query(self) -> sql.Composed:
-        """The get_delta_channel_history statement (sql/delta_history.sql)."""
-        return self.queries.join(
-            "delta_history.walk", "delta_history.select_rows", "delta_history.rows",
-            "delta_history.order_rows",
-        )
+        """The get_delta_channel_history statement (sql/delta_history.sql), composed once."""
+        q = self._composed.get("history")
+        if q is None:
+            q = self._composed["history"] = self.queries.join(
+                "delta_history.walk", "delta_history.select_rows", "delta_history.rows",
+                "delta_history.order_rows",
+            )
+        return q
 
     def tuple_history_query(self) -> sql.Composed:
-        """get_tuple with the history LangGraph asks for next, in one statement."""
+        """get_tuple with the history LangGraph asks for next, in one statement, composed
+        once."""
+        got = self._composed.get("tuple_history")
+        if got is None:
+            got = self._composed["tuple_history"] = self._compose_tuple_history()
+        return got
+
+    def _compose_tuple_history(self) -> sql.Composed:
         q = self.queries
         return sql.SQL(" ").join(
             [
@@ -371,8 +383,9 @@ class SaverCore(BaseCheckpointSaver[str]):
             # the depth; and the checkpoint a run or get_state loads, the one a
             # concurrent prune may supersede and delete, is the latest.
             _PREFETCH.set(None)
-            rows = yield Stmt(
-                sql.SQL(" ").join(
+            by_id = self._composed.get("tuple_by_id")
+            if by_id is None:
+                by_id = self._composed["tuple_by_id"] = sql.SQL(" ").join(
                     [
                         self.queries["checkpoints.select_tuples"],
                         sql.SQL("WHERE"),
@@ -384,7 +397,9 @@ class SaverCore(BaseCheckpointSaver[str]):
                         ),
                         self.queries["checkpoints.tuples_of"],
                     ]
-                ),
+                )
+            rows = yield Stmt(
+                by_id,
                 {"tasks": TASKS, "thread_id": thread_id, "checkpoint_ns": ns,
                  "checkpoint_id": checkpoint_id},
             )
