@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib.metadata
 import os
 import platform
@@ -93,7 +94,14 @@ class Interleaved:
     """Repeated, interleaved timing of several named callables.
 
     Each round runs every callable once, in an order that rotates round by round,
-    so drift of the machine spreads evenly; ratios are computed round by round."""
+    so drift of the machine spreads evenly; ratios are computed round by round.
+
+    Every timed call starts right after ``gc.collect()``. A full collection costs in
+    proportion to everything the process holds and comes due after enough objects have
+    survived, whoever made them: without the reset, one call paid for the garbage of the
+    calls before it, and a whole round's ratio turned on which side the collection landed
+    in (measured on the resume loop: one full collection cost 300 ms, the whole of our
+    loop). Collections a call triggers by itself are counted in its time."""
 
     samples: dict[str, list[float]] = field(default_factory=dict)
 
@@ -107,7 +115,9 @@ class Interleaved:
             if isinstance(f, tuple):
                 prepare, call = f
                 arg = prepare()
+                gc.collect()
                 return timed(lambda: call(arg))
+            gc.collect()
             return timed(f)
 
         for name in names:

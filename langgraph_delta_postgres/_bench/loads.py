@@ -200,6 +200,7 @@ def run_loads(dsn: str, scale_name: str, rounds: int, log: Callable[[str], None]
             entry["states_equal"] = (
                 same["ours"] == same["official"] == same["ours_nocache"] == same["ours_warm"]
             )
+            del same  # not held while timing: a larger heap makes every full collection dearer
             for what, fn in (
                 ("resume_loop", _saver_loop),
                 ("resume_loop_graph", _loop),

@@ -162,3 +162,31 @@ def test_proxy_adds_the_configured_delay(rtt_ms: float) -> None:
     assert med < rtt_ms + 5  # generous: a loaded CI machine
     assert counts.round_trips == 15
     assert counts.up_bytes == counts.down_bytes > 0
+
+
+def test_each_timed_call_starts_after_a_full_collection() -> None:
+    """Interleaved collects before every timed call, so no call pays a full collection
+    made due by the garbage of the calls before it; the collection is not timed."""
+    import gc
+
+    from langgraph_delta_postgres._bench.common import Interleaved
+
+    events: list[str] = []
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start" and info["generation"] == 2:
+            events.append("collect")
+
+    def make(name: str):  # type: ignore[no-untyped-def]
+        return (lambda: events.append(f"prepare {name}"), lambda _: events.append(name))
+
+    gc.callbacks.append(on_gc)
+    try:
+        Interleaved().run({"a": make("a"), "b": lambda: events.append("b")}, 2, warmup=0)
+    finally:
+        gc.callbacks.remove(on_gc)
+    calls = [e for e in events if e in ("a", "b")]
+    assert calls == ["a", "b", "a", "b"]
+    for i, e in enumerate(events):
+        if e in ("a", "b"):
+            assert events[i - 1] == "collect", events
