@@ -282,7 +282,10 @@ def markdown(res: dict[str, Any], img_rel: str, images: list[Path]) -> str:
         "trip: " + ", ".join(
             f"{k} ms -> {_ms(v)} ms" for k, v in res["select1_rtt"].items()) + ".",
         "- Timings: median (min-max) in ms over interleaved rounds (the order rotates every "
-        "round); ratios are taken round by round in the same run, then their median (min-max).",
+        "round); ratios are taken round by round in the same run, then their median (min-max). "
+        "Each timed call starts right after `gc.collect()` (not timed), so no call pays a full "
+        "collection that the garbage of earlier calls made due; collections a call triggers "
+        "itself are in its time.",
         "",
     ]
     h = res.get("headline", {})
