@@ -241,40 +241,54 @@ class SaverCore(BaseCheckpointSaver[str]):
         #: The decoded-value cache of get_delta_channel_history (None: cache_bytes=0).
         self.history_cache: HistoryCache | None = cache if cache_bytes else None
 
-    def history_query(self) -> sql.Composed:
-        """The get_delta_channel_history statement (sql/delta_history.sql), composed once."""
-        q = self._composed.get("history")
-        if q is None:
-            q = self._composed["history"] = self.queries.join(
-                "delta_history.walk", "delta_history.select_rows", "delta_history.rows",
-                "delta_history.order_rows",
-            )
-        return q
-
-    def tuple_history_query(self) -> sql.Composed:
-        """get_tuple with the history LangGraph asks for next, in one statement, composed
-        once."""
-        got = self._composed.get("tuple_history")
+    def _query(self, name: str, *parts: str | sql.SQL) -> sql.Composed:
+        """The statement made of these blocks of sql/ (a name) and literal fragments,
+        joined with spaces; composed on the first call, kept under ``name`` after."""
+        got = self._composed.get(name)
         if got is None:
-            got = self._composed["tuple_history"] = self._compose_tuple_history()
+            got = self._composed[name] = sql.SQL(" ").join(
+                [self.queries[p] if isinstance(p, str) else p for p in parts]
+            )
         return got
 
-    def _compose_tuple_history(self) -> sql.Composed:
-        q = self.queries
-        return sql.SQL(" ").join(
-            [
-                q.join(
-                    "delta_history.walk", "delta_history.tuple_history",
-                    "delta_history.rows", "delta_history.tuple_rows",
-                    "checkpoints.select_tuples",
-                ),
-                sql.SQL("WHERE"),
-                q.join(
-                    "checkpoints.where_target", "checkpoints.tuples_of",
-                    "delta_history.tuple_end",
-                ),
-            ]
+    def history_query(self) -> sql.Composed:
+        """The get_delta_channel_history statement (sql/delta_history.sql)."""
+        return self._query(
+            "history", "delta_history.walk", "delta_history.select_rows",
+            "delta_history.rows", "delta_history.order_rows",
         )
+
+    def tuple_history_query(self) -> sql.Composed:
+        """get_tuple of the latest checkpoint with the history LangGraph asks for next,
+        in one statement."""
+        return self._query(
+            "tuple_history", "delta_history.walk", "delta_history.tuple_history",
+            "delta_history.rows", "delta_history.tuple_rows", "checkpoints.select_tuples",
+            sql.SQL("WHERE"), "checkpoints.where_target", "checkpoints.tuples_of",
+            "delta_history.tuple_end",
+        )
+
+    def tuple_by_id_query(self) -> sql.Composed:
+        """get_tuple of a checkpoint by id: the tuple alone."""
+        return self._query(
+            "tuple_by_id", "checkpoints.select_tuples", sql.SQL("WHERE"),
+            "checkpoints.where_thread", sql.SQL("AND"), "checkpoints.where_ns",
+            sql.SQL("AND"), "checkpoints.where_id", "checkpoints.tuples_of",
+        )
+
+    def _history_params(
+        self, thread_id: str, ns: str, checkpoint_id: str | None, channels: list[str] | None,
+        plan: Plan,
+    ) -> dict[str, Any]:
+        """The parameters of the history walk (both statements that start with it)."""
+        return {
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+            "channels": channels,
+            "max_depth": self.max_history_depth,
+            **plan.params(),
+        }
 
     def _forget_threads(self, thread_ids: Sequence[str]) -> None:
         """Drop what the cache holds of these threads (after this saver changed them)."""
@@ -383,23 +397,8 @@ class SaverCore(BaseCheckpointSaver[str]):
             # the depth; and the checkpoint a run or get_state loads, the one a
             # concurrent prune may supersede and delete, is the latest.
             _PREFETCH.set(None)
-            by_id = self._composed.get("tuple_by_id")
-            if by_id is None:
-                by_id = self._composed["tuple_by_id"] = sql.SQL(" ").join(
-                    [
-                        self.queries["checkpoints.select_tuples"],
-                        sql.SQL("WHERE"),
-                        self.queries.join(
-                            "checkpoints.where_thread",
-                            "checkpoints.where_ns",
-                            "checkpoints.where_id",
-                            sep=" AND ",
-                        ),
-                        self.queries["checkpoints.tuples_of"],
-                    ]
-                )
             rows = yield Stmt(
-                by_id,
+                self.tuple_by_id_query(),
                 {"tasks": TASKS, "thread_id": thread_id, "checkpoint_ns": ns,
                  "checkpoint_id": checkpoint_id},
             )
@@ -411,15 +410,7 @@ class SaverCore(BaseCheckpointSaver[str]):
         plan = cache.plan(thread_id, ns, None, None) if cache is not None else NO_PLAN
         rows = yield Stmt(
             self.tuple_history_query(),
-            {
-                "tasks": TASKS,
-                "thread_id": thread_id,
-                "checkpoint_ns": ns,
-                "checkpoint_id": checkpoint_id,
-                "channels": None,
-                "max_depth": self.max_history_depth,
-                **plan.params(),
-            },
+            {"tasks": TASKS, **self._history_params(thread_id, ns, None, None, plan)},
             by_position=True,
         )
         # the first row is the 'a' row: the channels walked and the tuple (NULL: none)
@@ -497,32 +488,26 @@ class SaverCore(BaseCheckpointSaver[str]):
                 and pre.key == (thread_id, ns, checkpoint_id)
                 and set(wanted) <= set(pre.channels)
             ):
-                if cache is not None:
-                    got = cache.answer(
-                        pre.plan, pre.channels, pre.rows, self.serde.loads_typed,
-                        self._raise_history_error,
-                    )
-                else:
-                    got = self._rows_to_history(pre.channels, pre.rows)
+                got = self._history_answer(pre.plan, pre.channels, pre.rows)
                 return {ch: got[ch] for ch in wanted}
         plan = cache.plan(thread_id, ns, checkpoint_id, wanted) if cache is not None else NO_PLAN
         rows = yield Stmt(
             self.history_query(),
-            {
-                "thread_id": thread_id,
-                "checkpoint_ns": ns,
-                "checkpoint_id": checkpoint_id,
-                "channels": wanted,
-                "max_depth": self.max_history_depth,
-                **plan.params(),
-            },
+            self._history_params(thread_id, ns, checkpoint_id, wanted, plan),
             by_position=True,
         )
-        if cache is not None:
-            return cache.answer(
-                plan, wanted, rows, self.serde.loads_typed, self._raise_history_error
+        return self._history_answer(plan, wanted, rows)
+
+    def _history_answer(
+        self, plan: Plan, channels: list[str], rows: list[tuple[Any, ...]]
+    ) -> dict[str, DeltaChannelHistory]:
+        """The answer built from the history statement's rows: through the cache (which
+        keeps what they hold) when there is one."""
+        if self.history_cache is not None:
+            return self.history_cache.answer(
+                plan, channels, rows, self.serde.loads_typed, self._raise_history_error
             )
-        return self._rows_to_history(wanted, rows)
+        return self._rows_to_history(channels, rows)
 
     def _raise_history_error(self, row: tuple[Any, ...]) -> None:
         kind, checkpoint_id, why = row[0], row[6], row[7]
