@@ -1,15 +1,16 @@
 -- checkpoints: reading checkpoint tuples (get_tuple, list).
 --
 -- A list query is `select_tuples`, then `WHERE` and the predicates the call needs joined
--- with AND, then one of the ordering blocks, then `tuples_of`; get_tuple's is the same
--- inside delta_history.tuple_history, with `where_target` and no ordering block. Every block is a fragment of that
--- one statement; Python only picks which fragments, never writes SQL. The fragments up to
--- the ordering block pick the checkpoint rows (a subquery on `checkpoints` alone: its
--- ORDER BY / LIMIT make it an optimization fence); `tuples_of` then looks up the blobs and
--- writes of the kept rows only. `list(limit=1)` on a 3,000-checkpoint thread used to run
--- these lookups for all 3,000 rows before the LIMIT applied, because the sort on
--- checkpoint_id (no index gives that order when the namespace is not fixed, nor without
--- a thread) sat above the joins.
+-- with AND, then one of the ordering blocks, then `tuples_of`. get_tuple's is the same
+-- without an ordering block: by id with `where_thread`, `where_ns`, `where_id`; for the
+-- latest inside delta_history.tuple_history, with `where_target`. Every block is a
+-- fragment of that one statement; Python only picks which fragments, never writes SQL.
+-- The fragments up to the ordering block pick the checkpoint rows (a subquery on
+-- `checkpoints` alone: its ORDER BY / LIMIT make it an optimization fence); `tuples_of`
+-- then looks up the blobs and writes of the kept rows only. `list(limit=1)` on a
+-- 3,000-checkpoint thread used to run these lookups for all 3,000 rows before the LIMIT
+-- applied, because the sort on checkpoint_id (no index gives that order when the
+-- namespace is not fixed, nor without a thread) sat above the joins.
 --
 -- Result columns (of the whole statement), newest first
 --   thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id  text
