@@ -122,7 +122,10 @@ ORDER BY c.checkpoint_id DESC LIMIT %(limit)s
 -- get_tuple (composed with delta_history.tuple_history, which reads its history in the
 -- same statement): the target the walk resolved (by id, or the latest by a backward
 -- primary-key scan with a literal LIMIT 1: with LIMIT $n the planner never trusted a
--- generic plan and re-planned on every call), so both read the same checkpoint.
+-- generic plan and re-planned on every call), so both read the same checkpoint; and
+-- only for the result's 'a' row (r: the sorted history rows the tuple is joined to
+-- LATERAL), a one-time filter on every other row.
 c.thread_id = %(thread_id)s
 AND c.checkpoint_ns = %(checkpoint_ns)s
 AND c.checkpoint_id = (SELECT t.checkpoint_id FROM target AS t)
+AND r.kind = 'a'
