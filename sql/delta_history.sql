@@ -91,21 +91,47 @@
 --   step" (1.85 s for 2,000 ancestors); the fenced form is one primary-key lookup per
 --   step whatever the statistics say (python scripts/explain_history.py --depth 2000).
 --
--- Range reads instead of a lookup per ancestor: three designs measured, none kept
--- (3,000-deep 2-channel threads, Postgres 15, server time of EXPLAIN ANALYZE, medians of
--- 7 interleaved pairs, scratch harness; rows this saver wrote / rows the official wrote):
---   * the walk in stretches (a recursive step reading up to k rows of the primary key in
---     id order, kept while each is the parent of the one before, k growing 8 -> 1024):
---     0.85x / 0.79x, slower: the window functions and per-row array work of a stretch
---     cost more than the index descents they save;
+-- Range walk (the `seeds`, `span`, `stretch`, `fast` and `fast_walk` blocks)
+--   A linear thread's chain is a run of consecutive ids: every checkpoint's parent is the
+--   id just below it in the primary key. So before walking step by step, the statement
+--   tries to read the whole chain down to the seeds as one stretch:
+--     1. per channel, the newest checkpoint at or below the target's parent that claims
+--        it (stored_channels; a backward scan of checkpoints_pkey);
+--     2. every checkpoint of the namespace from the target's parent down to the oldest
+--        of those seeds (down to the root when a channel has none): one range scan of
+--        checkpoints_pkey, bounded by the depth guard;
+--     3. the stretch is used only if its rows prove it is the parent chain: the first
+--        is the target's parent, each row's parent is the row below it, ids descend in
+--        byte order too (the output is ordered by them), every row has stored_channels,
+--        it ends at the root when a channel has no seed, it is shallower than the depth
+--        guard, and each seed's claim is backed by a value (as in a step);
+--     4. the writes of the stretch: one range scan of checkpoint_writes_pkey over the
+--        same ids, each channel's kept from its seed up.
+--   Anything else falls back to the step-by-step walk below, unchanged: a fork
+--   interleaved in the range (its row breaks the parent links), a skewed id (a child
+--   sorting below its parent: the links break), rows another saver wrote after the
+--   adoption (stored_channels NULL), a claim without its blob, a stretch past the depth
+--   guard, and any call where the client holds part of the chain (held_ids: those walks
+--   stop within a few steps). The rows of a verified stretch carry depth 1 and are
+--   ordered by id, which in a verified stretch is the chain's order.
+--   Measured (the 1,000-turn messages thread of the benchmark, written by the official
+--   saver, history at the tail: a ~1,500-checkpoint stretch, 1,000 writes; Postgres 15,
+--   EXPLAIN ANALYZE): 14.1 ms step by step -> 6.5-10 ms; the statement with its fetch
+--   20-25 ms -> 13-16 ms (/tmp scratch timing, custom plans).
+--   Designs measured before and not kept (3,000-deep 2-channel threads, Postgres 15,
+--   server time, rows this saver wrote / rows the official wrote):
+--   * the walk in stretches inside the recursion (a recursive step reading up to k rows
+--     of the primary key in id order, kept while each is the parent of the one before,
+--     k growing 8 -> 1024): 0.85x / 0.79x, slower: the window functions and per-row
+--     array work of every step cost more than the index descents they save (the
+--     stretch above is read once, with its ends known from the seeds);
 --   * the writes of the whole walk in one range scan hash-joined to it: 1.17x / 1.32x
 --     faster on analyzed tables, but on a never-analyzed table the planner chose a
---     nested loop over the two (1.93 s instead of 16 ms at depth 2,000), and a generic
---     plan cached while the tables are small keeps that choice: the plan would depend on
---     statistics, which this statement must not;
---   * the same range scan probing a jsonb map of the walk (no join to choose): 0.82x /
---     0.93x, slower.
---
+--     nested loop over the two (1.93 s instead of 16 ms at depth 2,000): the plan would
+--     depend on statistics (the stretch's writes above are filtered by two bounds and a
+--     per-channel array, no join);
+--   * the same range scan probing a jsonb map of the walk: 0.82x / 0.93x, slower.
+
 -- EXPLAIN (ANALYZE, BUFFERS) on a 2,000-deep thread, with the command that produced it:
 --   docs/history-query.md (python scripts/explain_history.py --depth 2000 --channels 2).
 --
@@ -161,7 +187,118 @@ target AS (
         )
     ) AS t
 ),
-walk AS (
+-- The range read (see "Range walk" in the header): per channel, the newest checkpoint at
+-- or below the target's parent that claims it (a backward scan of the primary key), only
+-- when the client holds nothing (held chains are walked step by step: they end early).
+seeds AS (
+    SELECT s.ch, s.ord, t.parent_checkpoint_id AS hi, c.checkpoint_id AS seed_id,
+           c.checkpoint_id IS NULL OR (
+               jsonb_typeof(c.checkpoint -> 'channel_values' -> s.ch)
+                   IN ('string', 'number', 'boolean')
+               OR (
+                   SELECT TRUE FROM {s}checkpoint_blobs AS b
+                   WHERE b.thread_id = %(thread_id)s
+                     AND b.checkpoint_ns = %(checkpoint_ns)s
+                     AND b.channel = s.ch
+                     AND b.version = c.checkpoint -> 'channel_versions' ->> s.ch
+                     AND b.type <> 'empty'
+                   LIMIT 1
+               ) IS NOT NULL
+           ) AS stores
+    FROM target AS t
+    CROSS JOIN LATERAL unnest(t.channels) WITH ORDINALITY AS s(ch, ord)
+    LEFT JOIN LATERAL (
+        SELECT c.checkpoint_id, c.checkpoint
+        FROM {s}checkpoints AS c
+        WHERE c.thread_id = %(thread_id)s
+          AND c.checkpoint_ns = %(checkpoint_ns)s
+          AND c.checkpoint_id <= t.parent_checkpoint_id
+          AND c.stored_channels @> ARRAY[s.ch]
+        ORDER BY c.checkpoint_id DESC
+        LIMIT 1
+    ) AS c ON TRUE
+    WHERE t.parent_checkpoint_id IS NOT NULL
+      AND cardinality(%(held_ids)s::text[]) = 0
+),
+-- The stretch to read: from the target's parent down to the oldest seed, or down to
+-- the root (lo NULL) when a channel has no seed.
+span AS (
+    SELECT min(s.hi) AS hi,
+           CASE WHEN bool_and(s.seed_id IS NOT NULL) THEN min(s.seed_id) END AS lo,
+           array_agg(s.ch ORDER BY s.ord) AS chans,
+           array_agg(s.seed_id ORDER BY s.ord) AS seed_ids,
+           bool_and(s.stores) AS stores
+    FROM seeds AS s
+    HAVING count(*) > 0
+),
+-- Every checkpoint of the namespace in that id range, newest first: one range scan of
+-- the primary key (bounded by the depth guard), each row with the id below it.
+stretch AS (
+    SELECT r.checkpoint_id, r.parent_checkpoint_id, r.xmin, r.stored_channels,
+           lead(r.checkpoint_id) OVER (ORDER BY r.checkpoint_id DESC) AS below,
+           row_number() OVER (ORDER BY r.checkpoint_id DESC) AS n
+    FROM span AS sp
+    CROSS JOIN LATERAL (
+        SELECT c.checkpoint_id, c.parent_checkpoint_id, c.xmin::text AS xmin,
+               c.stored_channels
+        FROM {s}checkpoints AS c
+        WHERE c.thread_id = %(thread_id)s
+          AND c.checkpoint_ns = %(checkpoint_ns)s
+          AND c.checkpoint_id <= sp.hi
+          AND c.checkpoint_id >= coalesce(sp.lo, '')
+        ORDER BY c.checkpoint_id DESC
+        LIMIT %(max_depth)s
+    ) AS r
+    WHERE sp.stores
+),
+-- The stretch is used only if it IS the parent chain: it starts at the target's parent,
+-- every row's parent is the row below it (so no fork, no other thread's row, no skewed
+-- id sits in the range), every row says which channels it stores (rows another saver
+-- wrote after adoption do not), it ends at the root when a channel has no seed, it is
+-- shallower than the depth guard, and every seed found really stores a value. Otherwise
+-- (no row here) the walk goes step by step.
+fast AS (
+    SELECT sp.hi, sp.lo, sp.chans, sp.seed_ids
+    FROM span AS sp
+    WHERE sp.stores
+      AND (
+          SELECT bool_and(coalesce(
+                     st.stored_channels IS NOT NULL
+                     AND (CASE
+                         WHEN st.below IS NOT NULL THEN st.parent_checkpoint_id = st.below
+                             AND st.below COLLATE "C" < st.checkpoint_id COLLATE "C"
+                         ELSE sp.lo IS NOT NULL OR st.parent_checkpoint_id IS NULL
+                     END),
+                     FALSE  -- a NULL (a root above the range's end) fails too
+                 ))
+                 AND max(st.checkpoint_id) = sp.hi
+                 AND max(st.n) < %(max_depth)s
+          FROM stretch AS st
+      )
+),
+-- The verified stretch as walk rows (all at depth 1: their order is the id order): the
+-- seeds' rows always, every row when the cache asks for 'c' rows.
+fast_walk AS (
+    SELECT
+        1 AS depth,
+        st.checkpoint_id,
+        st.parent_checkpoint_id,
+        st.xmin,
+        ARRAY(
+            SELECT z.ch FROM unnest(f.chans, f.seed_ids) AS z(ch, sid)
+            WHERE z.sid IS NULL OR z.sid <= st.checkpoint_id
+        ) AS active,
+        '{{}}'::text[] AS held,
+        ARRAY(
+            SELECT z.ch FROM unnest(f.chans, f.seed_ids) AS z(ch, sid)
+            WHERE z.sid = st.checkpoint_id
+        ) AS seeded,
+        FALSE AS looped
+    FROM fast AS f
+    CROSS JOIN stretch AS st
+    WHERE %(nodes)s OR st.checkpoint_id = ANY (f.seed_ids)
+),
+stepwalk AS (
     SELECT
         0 AS depth,
         t.checkpoint_id AS checkpoint_id,
@@ -173,6 +310,7 @@ walk AS (
         '{{}}'::text[] AS ups,
         FALSE AS looped
     FROM target AS t
+    WHERE NOT EXISTS (SELECT 1 FROM fast)
     UNION ALL
     SELECT
         w.depth + 1 AS depth,
@@ -208,7 +346,7 @@ walk AS (
              ELSE w.ups || p.checkpoint_id
         END AS ups,
         NOT (p.checkpoint_id < w.checkpoint_id) AND p.checkpoint_id = ANY (w.ups) AS looped
-    FROM walk AS w
+    FROM stepwalk AS w
     CROSS JOIN LATERAL (
         SELECT CASE
             WHEN cardinality(w.held) = 0 AND cardinality(w.seeded) = 0 THEN w.active
@@ -240,6 +378,17 @@ walk AS (
     WHERE NOT w.looped
       AND w.depth < %(max_depth)s
       AND cardinality(n.active) > 0
+),
+-- Every visited checkpoint: the step-by-step walk's or the verified stretch's (`fast`
+-- says which: the writes of the stretch are read by one range scan, see `rows`).
+walk AS (
+    SELECT w.depth, w.checkpoint_id, w.parent_checkpoint_id, w.xmin, w.active, w.held,
+           w.seeded, w.looped, FALSE AS fast
+    FROM stepwalk AS w
+    UNION ALL
+    SELECT f.depth, f.checkpoint_id, f.parent_checkpoint_id, f.xmin, f.active, f.held,
+           f.seeded, f.looped, TRUE AS fast
+    FROM fast_walk AS f
 )
 
 -- name: select_rows
@@ -272,7 +421,34 @@ FROM (
           AND x.channel <> ALL (w.held)
         OFFSET 0
     ) AS cw
-    WHERE w.depth > 0 AND NOT w.looped
+    WHERE w.depth > 0 AND NOT w.looped AND NOT w.fast
+    UNION ALL
+    -- the verified stretch's writes: one range scan of checkpoint_writes_pkey, each
+    -- channel's from its seed up
+    SELECT
+        'w'::text AS kind,
+        1 AS depth,
+        cw.channel AS channel,
+        cw.task_id AS task_id,
+        cw.task_path AS task_path,
+        cw.idx AS idx,
+        cw.type AS type,
+        cw.blob AS blob,
+        NULL::jsonb AS inline,
+        cw.checkpoint_id AS checkpoint_id,
+        NULL::text AS ref
+    FROM fast AS f
+    CROSS JOIN LATERAL (
+        SELECT x.checkpoint_id, x.channel, x.task_id, x.task_path, x.idx, x.type, x.blob
+        FROM {s}checkpoint_writes AS x
+        WHERE x.thread_id = %(thread_id)s
+          AND x.checkpoint_ns = %(checkpoint_ns)s
+          AND x.checkpoint_id <= f.hi
+          AND x.checkpoint_id >= coalesce(f.lo, '')
+          AND x.channel = ANY (f.chans)
+        OFFSET 0
+    ) AS cw
+    WHERE cw.checkpoint_id >= coalesce(f.seed_ids[array_position(f.chans, cw.channel)], '')
     UNION ALL
     SELECT
         's'::text AS kind,
@@ -365,7 +541,8 @@ FROM (
 
 -- name: order_rows
 ) AS r
-ORDER BY r.kind, r.depth DESC, r.task_path COLLATE "C", r.task_id COLLATE "C", r.idx
+ORDER BY r.kind, r.depth DESC, r.checkpoint_id COLLATE "C", r.task_path COLLATE "C",
+    r.task_id COLLATE "C", r.idx
 
 -- name: tuple_history
 -- get_tuple with its history prefetched: walk + tuple_history + rows + tuple_rows +
@@ -394,7 +571,7 @@ SELECT r.kind, r.channel, r.task_id, r.type, r.blob, r.inline, r.checkpoint_id, 
 FROM (
     SELECT r.kind, r.depth, r.channel, r.task_id, r.task_path COLLATE "C" AS path_c,
            r.task_id COLLATE "C" AS task_c, r.idx, r.type, r.blob, r.inline,
-           r.checkpoint_id, r.ref
+           r.checkpoint_id, r.checkpoint_id COLLATE "C" AS cp_c, r.ref
     FROM (
 
 -- name: tuple_rows
@@ -402,10 +579,11 @@ FROM (
     SELECT 'a'::text, 0, NULL::text, NULL::text, NULL::text, NULL::integer, NULL::text,
            NULL::bytea, NULL::jsonb, NULL::text, NULL::text
     ) AS r
-    ORDER BY r.kind, r.depth DESC, r.task_path COLLATE "C", r.task_id COLLATE "C", r.idx
+    ORDER BY r.kind, r.depth DESC, r.checkpoint_id COLLATE "C", r.task_path COLLATE "C",
+    r.task_id COLLATE "C", r.idx
 ) AS r
 LEFT JOIN LATERAL (
 
 -- name: tuple_end
 ) AS tu ON TRUE
-ORDER BY r.kind, r.depth DESC, r.path_c, r.task_c, r.idx
+ORDER BY r.kind, r.depth DESC, r.cp_c, r.path_c, r.task_c, r.idx

@@ -4,6 +4,7 @@ history statement, put and get_tuple are not re-planned on every call."""
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import psycopg
@@ -94,6 +95,20 @@ def _cached_plan(saver: DeltaPostgresSaver, tuple_statement: bool, args: sql.Com
     return "\n".join(r[0] for r in saver.conn.execute(explain))
 
 
+def _positional(query: sql.Composed, conn: Any, values: dict[str, str]) -> sql.Composable:
+    """EXECUTE arguments of a prepared statement: psycopg numbers the named parameters in
+    the order they first appear in the statement's text."""
+    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)[sb]", query.as_string(conn))))
+    return sql.SQL(", ").join(sql.SQL(values[n]) for n in names)
+
+
+#: SQL literals of the history walk's parameters (checkpoint_id added per test)
+WALK_ARGS = {
+    "held_ids": "'{}'", "held_tokens": "'{}'", "seed_tokens": "'{}'", "max_depth": "1000000",
+    "nodes": "true", "checkpoint_ns": "''", "tasks": "'__pregel_tasks'",
+}
+
+
 def _assert_key_lookups(plan: str) -> None:
     assert "Seq Scan" not in plan and "thread_id_idx" not in plan, plan
     assert "checkpoints_pkey" in plan and "checkpoint_writes_pkey" in plan, plan
@@ -101,6 +116,15 @@ def _assert_key_lookups(plan: str) -> None:
     # picks from statistics (a nested loop over the whole walk per write row was
     # chosen on never-analyzed tables: 1.93 s instead of 16 ms at depth 2,000)
     assert "(checkpoint_id = w.checkpoint_id)" in plan, plan
+    # the range walk: the stretch and its writes are index range scans of the primary
+    # keys, bounded by the stretch's ends (delta_history.sql, "Range walk")
+    lines = plan.splitlines()
+    for index, bound in (("checkpoints_pkey", "sp.hi"), ("checkpoint_writes_pkey", "f.hi")):
+        at = [i for i, line in enumerate(lines) if f"using {index}" in line]
+        assert any(
+            f"(checkpoint_id <= {bound})" in lines[i + 1] and "Index Cond" in lines[i + 1]
+            for i in at
+        ), plan
     assert "Hash Join" not in plan and "Merge Join" not in plan, plan
 
 
@@ -118,11 +142,12 @@ def test_plan_cached_on_tiny_tables_stays_a_key_lookup(dsn: str) -> None:
         )
         got = saver.get_delta_channel_history(config=cfg, channels=["ch"])
         assert [w[2] for w in got["ch"]["writes"]] == list(range(299))
-        # parameters in order of first use: channels, thread_id, checkpoint_ns,
-        # checkpoint_id, held_ids, held_tokens, max_depth, seed_tokens, nodes
-        args = sql.SQL("ARRAY['ch'], 'grow', '', {}, '{{}}', '{{}}', 1000000, '{{}}', true")
-        target = sql.Literal(cfg["configurable"]["checkpoint_id"])
-        _assert_key_lookups(_cached_plan(saver, False, args.format(target)))
+        target = sql.Literal(cfg["configurable"]["checkpoint_id"]).as_string(saver.conn)
+        args = _positional(saver.history_query(), saver.conn, {
+            **WALK_ARGS, "channels": "ARRAY['ch']", "thread_id": "'grow'",
+            "checkpoint_id": target,
+        })
+        _assert_key_lookups(_cached_plan(saver, False, args))
 
 
 def test_get_tuple_with_history_plan_stays_a_key_lookup(dsn: str) -> None:
@@ -137,12 +162,10 @@ def test_get_tuple_with_history_plan_stays_a_key_lookup(dsn: str) -> None:
         assert tup is not None
         got = saver.get_delta_channel_history(config=tup.config, channels=["ch"])
         assert [w[2] for w in got["ch"]["writes"]] == list(range(299))
-        # parameters in order of first use: channels, thread_id, checkpoint_ns,
-        # checkpoint_id, held_ids, held_tokens, max_depth, seed_tokens, nodes, tasks
-        args = sql.SQL(
-            "NULL, 'grow-t', '', NULL, '{{}}', '{{}}', 1000000, '{{}}', true, '__pregel_tasks'"
-        )
-        _assert_key_lookups(_cached_plan(saver, True, args.format()))
+        args = _positional(saver.tuple_history_query(), saver.conn, {
+            **WALK_ARGS, "channels": "NULL", "thread_id": "'grow-t'", "checkpoint_id": "NULL",
+        })
+        _assert_key_lookups(_cached_plan(saver, True, args))
 
 
 def test_get_tuple_sorts_the_history_rows_not_the_tuple(dsn: str) -> None:
@@ -165,9 +188,10 @@ def test_get_tuple_sorts_the_history_rows_not_the_tuple(dsn: str) -> None:
         saver.put(cfg.config, cp, md, {"big": cp["channel_versions"]["big"]})
         tup = saver.get_tuple(latest)
         assert tup is not None and tup.checkpoint["channel_values"]["big"] == big
-        args = sql.SQL(
-            "NULL, 'wide-t', '', NULL, '{{}}', '{{}}', 1000000, '{{}}', true, '__pregel_tasks'"
-        ).format()
+        assert isinstance(saver.conn, psycopg.Connection)
+        args = _positional(saver.tuple_history_query(), saver.conn, {
+            **WALK_ARGS, "channels": "NULL", "thread_id": "'wide-t'", "checkpoint_id": "NULL",
+        })
         plan = _cached_plan(saver, True, args)
         top = plan.splitlines()[0]
         assert top.startswith("Nested Loop Left Join"), plan
