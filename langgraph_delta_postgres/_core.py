@@ -50,12 +50,16 @@ Row = dict[str, Any]
 class Stmt:
     """One statement for a driver to execute; ``fetch``: send its rows back, as dicts,
     or as tuples when ``by_position`` (the history statement: thousands of rows, where a
-    dict per row is measurable)."""
+    dict per row is measurable); ``binary``: results in binary format (the statements
+    that read blobs: a bytea column in text format is hex, twice its size on the wire
+    and encoded by the server, decoded by the client; measured on a 1.9 MB seed plus
+    100 writes, the history statement took 16.1 ms in text, 8.5 ms in binary)."""
 
     query: sql.Composed
     params: Mapping[str, Any]
     fetch: bool = True
     by_position: bool = False
+    binary: bool = False
 
 
 Op = Generator[Stmt, list[Any], T]
@@ -401,6 +405,7 @@ class SaverCore(BaseCheckpointSaver[str]):
                 self.tuple_by_id_query(),
                 {"tasks": TASKS, "thread_id": thread_id, "checkpoint_ns": ns,
                  "checkpoint_id": checkpoint_id},
+                binary=True,
             )
             if not rows:
                 return None
@@ -412,6 +417,7 @@ class SaverCore(BaseCheckpointSaver[str]):
             self.tuple_history_query(),
             {"tasks": TASKS, **self._history_params(thread_id, ns, None, None, plan)},
             by_position=True,
+            binary=True,
         )
         # the first row is the 'a' row: the channels walked and the tuple (NULL: none)
         if not rows or rows[0][0] != "a" or rows[0][11] is None:
@@ -467,7 +473,7 @@ class SaverCore(BaseCheckpointSaver[str]):
         else:
             parts.append(q["checkpoints.order_newest"])
         parts.append(q["checkpoints.tuples_of"])
-        rows = yield Stmt(sql.SQL(" ").join(parts), params)
+        rows = yield Stmt(sql.SQL(" ").join(parts), params, binary=True)
         with gc_paused():  # see _cache.gc_paused
             return [self._row_to_tuple(r) for r in rows]
 
@@ -495,6 +501,7 @@ class SaverCore(BaseCheckpointSaver[str]):
             self.history_query(),
             self._history_params(thread_id, ns, checkpoint_id, wanted, plan),
             by_position=True,
+            binary=True,
         )
         return self._history_answer(plan, wanted, rows)
 

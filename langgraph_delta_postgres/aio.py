@@ -43,7 +43,7 @@ async def adrive(cur: AsyncCursor[Any], op: Op[T]) -> T:
         stmt = next(op)
         while True:
             cur.row_factory = tuple_row if stmt.by_position else dict_row
-            await cur.execute(stmt.query, stmt.params)
+            await cur.execute(stmt.query, stmt.params, binary=stmt.binary)
             rows = await cur.fetchall() if stmt.fetch else []
             stmt = op.send(rows)
     except StopIteration as stop:

@@ -43,7 +43,7 @@ def drive(cur: Cursor[Any], op: Op[T]) -> T:
         stmt = next(op)
         while True:
             cur.row_factory = tuple_row if stmt.by_position else dict_row
-            cur.execute(stmt.query, stmt.params)
+            cur.execute(stmt.query, stmt.params, binary=stmt.binary)
             rows = cur.fetchall() if stmt.fetch else []
             stmt = op.send(rows)
     except StopIteration as stop:
