@@ -48,14 +48,20 @@
 --   checkpoint_id  the checkpoint the row comes from
 --   ref         'c': the checkpoint row's xmin; 's' with a blob: version || chr(31) ||
 --               the blob row's xmin (the seed's cache key)
---   Rows come grouped by kind (sorted by its code, ascii(kind): an integer first key;
---   the text key cost ~3% of a 1,000-deep load), and oldest first within a kind (by
---   distance from the target, `depth`, 1 = its parent; the rows of a verified stretch
---   all have depth 1 and come in id order, byte-wise) and, within one checkpoint, in Python's
---   writes_sort_key order (task_path, task_id, idx) compared with COLLATE "C", i.e. by
---   code point, whatever the database's default collation. depth, task_path and idx
---   order the rows but are not sent: every column costs the client a conversion per row.
---
+--   Rows come oldest checkpoint first, by `pos`: for the step-by-step walk its depth
+--   (distance from the target, 1 = its parent) as 8 hex digits of 2^31-1 - depth, for a
+--   verified stretch (see Range walk) the checkpoint id, whose byte order is the chain's
+--   order there (the two never meet in one answer); within one checkpoint in Python's
+--   writes_sort_key order (task_path, task_id, idx). Every key is compared with COLLATE
+--   "C", i.e. by code point, whatever the database's default collation. Kinds interleave
+--   (the client reads each row by its kind); get_tuple's 'a' row has pos '' and comes
+--   first. One first key that tells almost every pair of rows apart keeps the sort cheap:
+--   Postgres compares the first key in place and fetches every later key from the
+--   tuple; sorted by (kind, depth, id, ...) instead, the 1,000-deep resume loop of the
+--   benchmark's messages thread took 1.12x as long (cache_bytes=0, 8 interleaved runs,
+--   /tmp scratch A/B of the two statement texts). pos, task_path and idx order the rows
+--   but are not sent: every column costs the client a conversion per row.
+
 -- The walk (recursive CTE, UNION ALL)
 --   Row 0 is the target. Each row carries `active`, the channels still walking when it
 --   is visited; `held`, those of them the client holds from here down; `seeded`, the
@@ -402,7 +408,8 @@ FROM (
 -- The result rows (see the header), with the columns that order them.
     SELECT
         'w'::text AS kind,
-        w.depth AS depth,
+        CASE WHEN w.fast THEN w.checkpoint_id
+             ELSE lpad(to_hex(2147483647 - w.depth), 8, '0') END AS pos,
         cw.channel AS channel,
         cw.task_id AS task_id,
         cw.task_path AS task_path,
@@ -429,7 +436,7 @@ FROM (
     -- channel's from its seed up
     SELECT
         'w'::text AS kind,
-        1 AS depth,
+        cw.checkpoint_id AS pos,
         cw.channel AS channel,
         cw.task_id AS task_id,
         cw.task_path AS task_path,
@@ -454,7 +461,8 @@ FROM (
     UNION ALL
     SELECT
         's'::text AS kind,
-        w.depth AS depth,
+        CASE WHEN w.fast THEN w.checkpoint_id
+             ELSE lpad(to_hex(2147483647 - w.depth), 8, '0') END AS pos,
         s.ch AS channel,
         NULL::text AS task_id,
         NULL::text AS task_path,
@@ -490,7 +498,8 @@ FROM (
     UNION ALL
     SELECT
         'h'::text AS kind,
-        w.depth AS depth,
+        CASE WHEN w.fast THEN w.checkpoint_id
+             ELSE lpad(to_hex(2147483647 - w.depth), 8, '0') END AS pos,
         hc.ch AS channel,
         NULL::text AS task_id,
         NULL::text AS task_path,
@@ -506,7 +515,8 @@ FROM (
     UNION ALL
     SELECT
         'c'::text AS kind,
-        w.depth AS depth,
+        CASE WHEN w.fast THEN w.checkpoint_id
+             ELSE lpad(to_hex(2147483647 - w.depth), 8, '0') END AS pos,
         NULL::text AS channel,
         w.parent_checkpoint_id AS task_id,
         NULL::text AS task_path,
@@ -522,7 +532,8 @@ FROM (
     UNION ALL
     SELECT
         'x'::text AS kind,
-        w.depth AS depth,
+        CASE WHEN w.fast THEN w.checkpoint_id
+             ELSE lpad(to_hex(2147483647 - w.depth), 8, '0') END AS pos,
         NULL::text AS channel,
         NULL::text AS task_id,
         NULL::text AS task_path,
@@ -543,8 +554,7 @@ FROM (
 
 -- name: order_rows
 ) AS r
-ORDER BY ascii(r.kind), r.depth DESC, r.checkpoint_id COLLATE "C", r.task_path COLLATE "C",
-    r.task_id COLLATE "C", r.idx
+ORDER BY r.pos COLLATE "C", r.task_path COLLATE "C", r.task_id COLLATE "C", r.idx
 
 -- name: tuple_history
 -- get_tuple with its history prefetched: walk + tuple_history + rows + tuple_rows +
@@ -571,22 +581,20 @@ SELECT r.kind, r.channel, r.task_id, r.type, r.blob, r.inline, r.checkpoint_id, 
        CASE WHEN r.kind = 'a' THEN (SELECT t.channels FROM target AS t) END AS hist_channels,
        tu.*
 FROM (
-    SELECT r.kind, ascii(r.kind) AS kind_n, r.depth, r.channel, r.task_id,
-           r.task_path COLLATE "C" AS path_c,
-           r.task_id COLLATE "C" AS task_c, r.idx, r.type, r.blob, r.inline,
-           r.checkpoint_id, r.checkpoint_id COLLATE "C" AS cp_c, r.ref
+    SELECT r.kind, r.pos COLLATE "C" AS pos_c, r.channel,
+           r.task_id, r.task_path COLLATE "C" AS path_c, r.task_id COLLATE "C" AS task_c,
+           r.idx, r.type, r.blob, r.inline, r.checkpoint_id, r.ref
     FROM (
 
 -- name: tuple_rows
     UNION ALL
-    SELECT 'a'::text, 0, NULL::text, NULL::text, NULL::text, NULL::integer, NULL::text,
+    SELECT 'a'::text, ''::text, NULL::text, NULL::text, NULL::text, NULL::integer, NULL::text,
            NULL::bytea, NULL::jsonb, NULL::text, NULL::text
     ) AS r
-    ORDER BY ascii(r.kind), r.depth DESC, r.checkpoint_id COLLATE "C", r.task_path COLLATE "C",
-    r.task_id COLLATE "C", r.idx
+    ORDER BY r.pos COLLATE "C", r.task_path COLLATE "C", r.task_id COLLATE "C", r.idx
 ) AS r
 LEFT JOIN LATERAL (
 
 -- name: tuple_end
 ) AS tu ON TRUE
-ORDER BY r.kind_n, r.depth DESC, r.cp_c, r.path_c, r.task_c, r.idx
+ORDER BY r.pos_c, r.path_c, r.task_c, r.idx
