@@ -1,12 +1,15 @@
 """Print EXPLAIN (ANALYZE, BUFFERS) of the history statement on a deep DeltaChannel thread.
 
-    python scripts/explain_history.py [--dsn DSN] [--depth 2000] [--channels 2]
+    python scripts/explain_history.py [--dsn DSN] [--depth 2000] [--channels 2] [--fork]
 
 Builds (in a fresh schema, dropped afterwards) one thread of ``--depth`` checkpoints written
 the way DeltaChannel writes them: the channels absent from channel_values, one write per
 channel per step, a ``_DeltaSnapshot`` only at the root. Then runs the statement of
 ``sql/delta_history.sql`` for the latest checkpoint six times (so the plan is warm) and
 prints the plan of the last run. Without --dsn it uses the embedded Postgres.
+``--fork``: one extra checkpoint forks from the middle of the chain while it is written, so
+its id sits inside the chain's id range: the statement cannot read the chain as one
+stretch and walks it step by step (the plan of the fallback).
 """
 
 from __future__ import annotations
@@ -25,9 +28,13 @@ from langgraph_delta_postgres._cache import NO_PLAN
 from langgraph_delta_postgres._embedded import embedded_postgres
 
 
-def build(saver: DeltaPostgresSaver, depth: int, channels: list[str]) -> dict:
+def build(saver: DeltaPostgresSaver, depth: int, channels: list[str], fork: bool) -> dict:
     cfg: dict = {"configurable": {"thread_id": "deep", "checkpoint_ns": ""}}
     for step in range(depth):
+        if fork and step == depth // 2:
+            side = empty_checkpoint()
+            side["channel_versions"] = {ch: saver.get_next_version(None, None) for ch in channels}
+            saver.put(cfg, side, {"source": "fork", "step": step}, {})  # type: ignore[arg-type]
         cp = empty_checkpoint()
         if step == 0:
             cp["channel_values"] = {ch: _DeltaSnapshot([]) for ch in channels}
@@ -45,6 +52,7 @@ def main() -> None:
     ap.add_argument("--dsn")
     ap.add_argument("--depth", type=int, default=2000)
     ap.add_argument("--channels", type=int, default=2)
+    ap.add_argument("--fork", action="store_true")
     args = ap.parse_args()
     channels = [f"ch{i}" for i in range(args.channels)]
     schema = f"explain_{uuid.uuid4().hex[:8]}"
@@ -54,7 +62,7 @@ def main() -> None:
             saver = DeltaPostgresSaver(conn, schema=schema)
             saver.setup()
             try:
-                build(saver, args.depth, channels)
+                build(saver, args.depth, channels, args.fork)
                 params = {"thread_id": "deep", "checkpoint_ns": "", "checkpoint_id": None,
                           "channels": channels, "max_depth": saver.max_history_depth,
                           **NO_PLAN.params()}
@@ -63,7 +71,7 @@ def main() -> None:
                     conn.execute(q, params).fetchall()
                 plan = conn.execute(sql.SQL("EXPLAIN (ANALYZE, BUFFERS) ") + q, params)
                 print(f"-- server {conn.info.server_version}, depth {args.depth}, "
-                      f"{args.channels} channels")
+                      f"{args.channels} channels{', a fork inside the range' if args.fork else ''}")
                 for (line,) in plan.fetchall():
                     print(line)
             finally:

@@ -122,10 +122,11 @@
 --   guard, and any call where the client holds part of the chain (held_ids: those walks
 --   stop within a few steps). The rows of a verified stretch carry depth 1 and are
 --   ordered by id, which in a verified stretch is the chain's order.
---   Measured (the 1,000-turn messages thread of the benchmark, written by the official
---   saver, history at the tail: a ~1,500-checkpoint stretch, 1,000 writes; Postgres 15,
---   EXPLAIN ANALYZE): 14.1 ms step by step -> 6.5-10 ms; the statement with its fetch
---   20-25 ms -> 13-16 ms (/tmp scratch timing, custom plans).
+--   Measured on a 2,000-deep 2-channel thread (docs/history-query.md, python
+--   scripts/explain_history.py --depth 2000 --channels 2 [--fork], embedded Postgres 18,
+--   EXPLAIN ANALYZE): 16.0 ms read as a range; 23.7 ms with a fork inside the range,
+--   step by step, of which 3.5 ms went on the stretch that failed its check (the cost of
+--   trying); 29.6 ms step by step before the range walk.
 --   Designs measured before and not kept (3,000-deep 2-channel threads, Postgres 15,
 --   server time, rows this saver wrote / rows the official wrote):
 --   * the walk in stretches inside the recursion (a recursive step reading up to k rows
