@@ -111,8 +111,9 @@
 --     3. the stretch is used only if its rows prove it is the parent chain: the first
 --        is the target's parent, each row's parent is the row below it, ids descend in
 --        byte order too (the output is ordered by them), every row has stored_channels,
---        it ends at the root when a channel has no seed, it is shallower than the depth
---        guard, and each seed's claim is backed by a value (as in a step);
+--        it ends at the oldest seed (at the root when a channel has no seed), it is
+--        shallower than the depth guard, and each seed's claim is backed by a value (as
+--        in a step);
 --     4. the writes of the stretch: one range scan of checkpoint_writes_pkey over the
 --        same ids, each channel's kept from its seed up.
 --   Anything else falls back to the step-by-step walk below, unchanged: a fork
@@ -263,8 +264,9 @@ stretch AS (
 -- The stretch is used only if it IS the parent chain: it starts at the target's parent,
 -- every row's parent is the row below it (so no fork, no other thread's row, no skewed
 -- id sits in the range), every row says which channels it stores (rows another saver
--- wrote after adoption do not), it ends at the root when a channel has no seed, it is
--- shallower than the depth guard, and every seed found really stores a value. Otherwise
+-- wrote after adoption do not), it ends at the oldest seed (at the root when a channel
+-- has no seed), it is shallower than the depth guard, and every seed found really
+-- stores a value. Otherwise
 -- (no row here) the walk goes step by step.
 fast AS (
     SELECT sp.hi, sp.lo, sp.chans, sp.seed_ids
@@ -276,7 +278,9 @@ fast AS (
                      AND (CASE
                          WHEN st.below IS NOT NULL THEN st.parent_checkpoint_id = st.below
                              AND st.below COLLATE "C" < st.checkpoint_id COLLATE "C"
-                         ELSE sp.lo IS NOT NULL OR st.parent_checkpoint_id IS NULL
+                         -- the lowest row: the oldest seed, or the root
+                         ELSE CASE WHEN sp.lo IS NOT NULL THEN st.checkpoint_id = sp.lo
+                                   ELSE st.parent_checkpoint_id IS NULL END
                      END),
                      FALSE  -- a NULL (a root above the range's end) fails too
                  ))
