@@ -266,8 +266,7 @@ stretch AS (
 -- id sits in the range), every row says which channels it stores (rows another saver
 -- wrote after adoption do not), it ends at the oldest seed (at the root when a channel
 -- has no seed), it is shallower than the depth guard, and every seed found really
--- stores a value. Otherwise
--- (no row here) the walk goes step by step.
+-- stores a value. Otherwise (no row here) the walk goes step by step.
 fast AS (
     SELECT sp.hi, sp.lo, sp.chans, sp.seed_ids
     FROM span AS sp
