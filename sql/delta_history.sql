@@ -57,10 +57,11 @@
 --   (the client reads each row by its kind); get_tuple's 'a' row has pos '' and comes
 --   first. One first key that tells almost every pair of rows apart keeps the sort cheap:
 --   Postgres compares the first key in place and fetches every later key from the
---   tuple; sorted by (kind, depth, id, ...) instead, the 1,000-deep resume loop of the
---   benchmark's messages thread took 1.12x as long (cache_bytes=0, 8 interleaved runs,
---   /tmp scratch A/B of the two statement texts). pos, task_path and idx order the rows
---   but are not sent: every column costs the client a conversion per row.
+--   tuple. Sorted by (kind, depth, id, ...) instead, with the range walk, the sort of a
+--   4,000-row answer took 19 of the statement's 26.9 ms; by pos the whole statement
+--   takes 14.5 ms (python scripts/explain_history.py --depth 2000 --channels 2, embedded
+--   Postgres 18; docs/history-query.md). pos, task_path and idx order the rows but are
+--   not sent: every column costs the client a conversion per row.
 
 -- The walk (recursive CTE, UNION ALL)
 --   Row 0 is the target. Each row carries `active`, the channels still walking when it
@@ -121,12 +122,12 @@
 --   sorting below its parent: the links break), rows another saver wrote after the
 --   adoption (stored_channels NULL), a claim without its blob, a stretch past the depth
 --   guard, and any call where the client holds part of the chain (held_ids: those walks
---   stop within a few steps). The rows of a verified stretch carry depth 1 and are
---   ordered by id, which in a verified stretch is the chain's order.
+--   stop within a few steps). The rows of a verified stretch are ordered by their id
+--   (their `pos`), which in a verified stretch is the chain's order.
 --   Measured on a 2,000-deep 2-channel thread (docs/history-query.md, python
 --   scripts/explain_history.py --depth 2000 --channels 2 [--fork], embedded Postgres 18,
---   EXPLAIN ANALYZE): 16.0 ms read as a range; 23.7 ms with a fork inside the range,
---   step by step, of which 3.5 ms went on the stretch that failed its check (the cost of
+--   EXPLAIN ANALYZE): 14.5 ms read as a range; 22.8 ms with a fork inside the range,
+--   step by step, of which 3.3 ms went on the stretch that failed its check (the cost of
 --   trying); 29.6 ms step by step before the range walk.
 --   Designs measured before and not kept (3,000-deep 2-channel threads, Postgres 15,
 --   server time, rows this saver wrote / rows the official wrote):
@@ -392,14 +393,16 @@ stepwalk AS (
       AND cardinality(n.active) > 0
 ),
 -- Every visited checkpoint: the step-by-step walk's or the verified stretch's (`fast`
--- says which: the writes of the stretch are read by one range scan, see `rows`).
+-- says which: the writes of the stretch are read by one range scan, see `rows`), with
+-- `pos`, the key that orders the result (see "Result columns" in the header).
 walk AS (
     SELECT w.depth, w.checkpoint_id, w.parent_checkpoint_id, w.xmin, w.active, w.held,
-           w.seeded, w.looped, FALSE AS fast
+           w.seeded, w.looped, FALSE AS fast,
+           lpad(to_hex(2147483647 - w.depth), 8, '0') AS pos
     FROM stepwalk AS w
     UNION ALL
     SELECT f.depth, f.checkpoint_id, f.parent_checkpoint_id, f.xmin, f.active, f.held,
-           f.seeded, f.looped, TRUE AS fast
+           f.seeded, f.looped, TRUE AS fast, f.checkpoint_id AS pos
     FROM fast_walk AS f
 )
 
@@ -412,8 +415,7 @@ FROM (
 -- The result rows (see the header), with the columns that order them.
     SELECT
         'w'::text AS kind,
-        CASE WHEN w.fast THEN w.checkpoint_id
-             ELSE lpad(to_hex(2147483647 - w.depth), 8, '0') END AS pos,
+        w.pos AS pos,
         cw.channel AS channel,
         cw.task_id AS task_id,
         cw.task_path AS task_path,
@@ -465,8 +467,7 @@ FROM (
     UNION ALL
     SELECT
         's'::text AS kind,
-        CASE WHEN w.fast THEN w.checkpoint_id
-             ELSE lpad(to_hex(2147483647 - w.depth), 8, '0') END AS pos,
+        w.pos AS pos,
         s.ch AS channel,
         NULL::text AS task_id,
         NULL::text AS task_path,
@@ -502,8 +503,7 @@ FROM (
     UNION ALL
     SELECT
         'h'::text AS kind,
-        CASE WHEN w.fast THEN w.checkpoint_id
-             ELSE lpad(to_hex(2147483647 - w.depth), 8, '0') END AS pos,
+        w.pos AS pos,
         hc.ch AS channel,
         NULL::text AS task_id,
         NULL::text AS task_path,
@@ -519,8 +519,7 @@ FROM (
     UNION ALL
     SELECT
         'c'::text AS kind,
-        CASE WHEN w.fast THEN w.checkpoint_id
-             ELSE lpad(to_hex(2147483647 - w.depth), 8, '0') END AS pos,
+        w.pos AS pos,
         NULL::text AS channel,
         w.parent_checkpoint_id AS task_id,
         NULL::text AS task_path,
@@ -536,8 +535,7 @@ FROM (
     UNION ALL
     SELECT
         'x'::text AS kind,
-        CASE WHEN w.fast THEN w.checkpoint_id
-             ELSE lpad(to_hex(2147483647 - w.depth), 8, '0') END AS pos,
+        w.pos AS pos,
         NULL::text AS channel,
         NULL::text AS task_id,
         NULL::text AS task_path,
