@@ -165,10 +165,10 @@ def test_claim_without_a_blob_walks_step_by_step(dsn: str, saver: DeltaPostgresS
             "DELETE FROM checkpoint_blobs WHERE thread_id = 'cl' AND channel = 'a'"
             " AND version = %s", (version,),
         ).rowcount
-    if n:  # a snapshot or plain seed (blob): the claim no longer holds
-        assert not took_range(saver, head, ["a"])
-        # InMemorySaver's view of the same rows: that checkpoint stores nothing
-        claimed.channel_values.pop("a", None)
+    assert n == 1, "the generated newest seed is a blob (a plain dict value)"
+    assert not took_range(saver, head, ["a"])
+    # InMemorySaver's view of the same rows: that checkpoint stores nothing
+    claimed.channel_values.pop("a", None)
     apply_steps(mem, "cl", steps)
     got = saver.get_delta_channel_history(config=head, channels=["a"])
     want = mem.get_delta_channel_history(config=head, channels=["a"])
