@@ -52,8 +52,8 @@ class Stmt:
     or as tuples when ``by_position`` (the history statement: thousands of rows, where a
     dict per row is measurable); ``binary``: results in binary format (the statements
     that read blobs: a bytea column in text format is hex, twice its size on the wire
-    and encoded by the server, decoded by the client; measured on a 1.9 MB seed plus
-    100 writes, the history statement took 16.1 ms in text, 8.5 ms in binary)."""
+    and encoded by the server, decoded by the client; a scratch timing on a 1.9 MB seed
+    plus 100 writes, not a benchmark figure: 16.1 ms in text, 8.5 ms in binary)."""
 
     query: sql.Composed
     params: Mapping[str, Any]
