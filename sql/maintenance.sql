@@ -88,6 +88,8 @@ SELECT 1 AS found FROM {s}checkpoints WHERE thread_id = %(thread_id)s LIMIT 1
 -- stored_channels is not copied blindly: a claim is kept only when it is backed, by a
 -- blob at the version the checkpoint names or by a non-null inline value (a delete that
 -- raced a put can leave a claim whose blob is gone; it reads as "not stored").
+-- Writes are copied only with their checkpoint: orphans (writes whose checkpoint was
+-- never saved, or was deleted) stay behind (contract rule 13).
 -- Indexes: the primary keys (thread_id leads them).
 WITH cp AS (
     INSERT INTO {s}checkpoints (
@@ -129,8 +131,14 @@ WITH cp AS (
 INSERT INTO {s}checkpoint_writes (
     thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob
 )
-SELECT %(target_thread_id)s, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel,
-       type, blob
-FROM {s}checkpoint_writes
-WHERE thread_id = %(source_thread_id)s
+SELECT %(target_thread_id)s, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.task_path, w.idx,
+       w.channel, w.type, w.blob
+FROM {s}checkpoint_writes AS w
+WHERE w.thread_id = %(source_thread_id)s
+  AND EXISTS (
+      SELECT 1 FROM {s}checkpoints AS c
+      WHERE c.thread_id = %(source_thread_id)s
+        AND c.checkpoint_ns = w.checkpoint_ns
+        AND c.checkpoint_id = w.checkpoint_id
+  )
 ON CONFLICT DO NOTHING
