@@ -16,8 +16,11 @@ blob is named but not sent, so a hit costs no blob transfer and no TOAST decompr
 
 **Staleness.** Every key carries the xmin of the row it came from; a thread deleted and
 written again under the same ids (by this process or another) has new rows with new
-xmins, so its tokens never match and the statement sends fresh rows. When a walk returns
-a checkpoint whose xmin differs from the node's, the bucket is replaced. This saver's own
+xmins, so its tokens never match and the statement sends fresh rows. A checkpoint's
+token also carries its namespace's late-write count (migrations/0006_checkpoint_epochs.sql),
+which any process's put_writes bumps when it adds a write to a checkpoint that may have a
+child, so a chain read before such a write no longer matches either. When a walk returns
+a checkpoint whose token differs from the node's, the bucket is replaced. This saver's own
 ``delete_thread`` / ``prune`` / ``delete_for_runs`` / ``copy_thread`` drop the buckets of
 the threads they touch (:meth:`HistoryCache.forget`).
 
@@ -350,17 +353,20 @@ class HistoryCache:
             elif current is not bucket:
                 return  # forgotten (or replaced) while the statement ran
             nodes = bucket.nodes
+            if any(
+                (node := nodes.get(cid)) is not None and node.xmin != xmin
+                for cid, _, xmin, _ in visited
+            ):
+                # A token changed: the thread was written again under the same ids, or a
+                # write was added to a checkpoint that has a child (the late-write count
+                # in the token moved). Start over, before adding any of this call's nodes.
+                self.nbytes -= bucket.nbytes
+                bucket = _Bucket()
+                self._buckets[plan.key] = bucket
+                nodes = bucket.nodes
+                added = BUCKET_OVERHEAD
             for cid, parent, xmin, _ in visited:
-                node = nodes.get(cid)
-                if node is not None and node.xmin != xmin:
-                    # the thread was written again under the same ids: start over
-                    self.nbytes -= bucket.nbytes
-                    bucket = _Bucket()
-                    self._buckets[plan.key] = bucket
-                    nodes = bucket.nodes
-                    node = None
-                    added = BUCKET_OVERHEAD
-                if node is None:
+                if cid not in nodes:
                     nodes[cid] = _Node(parent, xmin)
                     added += NODE_OVERHEAD
             for ch, (ids, seg) in segments.items():

@@ -27,10 +27,13 @@
 --   %(channels)s text[] (non-empty, distinct; NULL: derived from the target, see the
 --   `walk` block), %(max_depth)s int (depth guard),
 --   %(held_ids)s text[]     checkpoints the client holds a chain below (may be empty),
---   %(held_tokens)s text[]  channel || chr(31) || checkpoint_id || chr(31) || xmin of the
---                           checkpoint row, per held chain (the row's xmin changes when a
---                           thread is deleted and written again, so a token never matches
---                           rows other than the ones the client read),
+--   %(held_tokens)s text[]  channel || chr(31) || checkpoint_id || chr(31) || the
+--                           checkpoint's token (its row's xmin || '/' || the namespace's
+--                           late-write count, see the `epoch` block), per held chain (a
+--                           write added to a cached chain's checkpoint bumps the count;
+--                           the row's xmin changes when a thread is deleted and written
+--                           again: a token never matches rows, or writes, other than the
+--                           ones the client read),
 --   %(seed_tokens)s text[]  channel || chr(31) || version || chr(31) || xmin of the blob
 --                           row, per seed blob the client holds,
 --   %(nodes)s boolean       send a 'c' row per visited checkpoint (the cache builds its
@@ -46,7 +49,8 @@
 --   inline      's': the inline primitive seed (no blob); 'c': jsonb array of the
 --               channels whose writes at this checkpoint the statement returns
 --   checkpoint_id  the checkpoint the row comes from
---   ref         'c': the checkpoint row's xmin; 's' with a blob: version || chr(31) ||
+--   ref         'c': the checkpoint's token (row xmin '/' late-write count);
+--               's' with a blob: version || chr(31) ||
 --               the blob row's xmin (the seed's cache key)
 --   Rows come oldest checkpoint first, by `pos`: for the step-by-step walk its depth
 --   (distance from the target, 1 = its parent) as 8 hex digits of 2^31-1 - depth, for a
@@ -200,6 +204,17 @@ target AS (
         )
     ) AS t
 ),
+-- The namespace's late-write count (migrations/0006_checkpoint_epochs.sql), read in this
+-- statement's snapshot: part of every visited checkpoint's token (its `xmin` below is
+-- the row's xmin, '/', this count), so a chain cached before a write was added to one
+-- of its checkpoints no longer matches (contract rule 15).
+epoch AS (
+    SELECT coalesce((
+        SELECT e.late_writes FROM {s}checkpoint_epochs AS e
+        WHERE e.thread_id = %(thread_id)s
+          AND e.checkpoint_ns = %(checkpoint_ns)s
+    ), 0)::text AS late
+),
 -- The range read (see "Range walk" in the header): per channel, the newest checkpoint at
 -- or below the target's parent that claims it (a backward scan of the primary key), only
 -- when the client holds nothing (held chains are walked step by step: they end early).
@@ -252,7 +267,8 @@ stretch AS (
            row_number() OVER (ORDER BY r.checkpoint_id DESC) AS n
     FROM span AS sp
     CROSS JOIN LATERAL (
-        SELECT c.checkpoint_id, c.parent_checkpoint_id, c.xmin::text AS xmin,
+        SELECT c.checkpoint_id, c.parent_checkpoint_id,
+               c.xmin::text || '/' || (SELECT e.late FROM epoch AS e) AS xmin,
                c.stored_channels
         FROM {s}checkpoints AS c
         WHERE c.thread_id = %(thread_id)s
@@ -373,7 +389,7 @@ stepwalk AS (
     ) AS n
     CROSS JOIN LATERAL (
         SELECT p.checkpoint_id, p.parent_checkpoint_id, p.stored_channels, p.checkpoint,
-               p.xmin::text AS xmin
+               p.xmin::text || '/' || (SELECT e.late FROM epoch AS e) AS xmin
         FROM {s}checkpoints AS p
         WHERE p.thread_id = %(thread_id)s
           AND p.checkpoint_ns = %(checkpoint_ns)s

@@ -7,6 +7,8 @@
 -- Indexes: the primary keys, whose leading column is thread_id.
 WITH w AS (
     DELETE FROM {s}checkpoint_writes WHERE thread_id = ANY (%(thread_ids)s::text[])
+), e AS (
+    DELETE FROM {s}checkpoint_epochs WHERE thread_id = ANY (%(thread_ids)s::text[])
 ), b AS (
     DELETE FROM {s}checkpoint_blobs WHERE thread_id = ANY (%(thread_ids)s::text[])
 )

@@ -17,8 +17,15 @@
 -- stored_channels = inline ∪ blobs this statement inserted ∪ blobs already present.
 -- A data-modifying CTE's rows are invisible to the rest of the statement, hence the
 -- RETURNING branch next to the probe (which sees what existed before).
--- Indexes: checkpoint_blobs_pkey (conflict + probe), checkpoints_pkey (conflict).
-WITH new_blobs AS (
+-- It also records this checkpoint as the namespace's last put (checkpoint_epochs, see
+-- migrations/0006_checkpoint_epochs.sql), with the row locked until the commit.
+-- Indexes: checkpoint_blobs_pkey (conflict + probe), checkpoints_pkey (conflict),
+-- checkpoint_epochs_pkey (conflict).
+WITH head AS (
+    INSERT INTO {s}checkpoint_epochs AS e (thread_id, checkpoint_ns, last_put)
+    VALUES (%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s)
+    ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET last_put = EXCLUDED.last_put
+), new_blobs AS (
     INSERT INTO {s}checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
     SELECT %(thread_id)s, %(checkpoint_ns)s, u.channel, u.version, u.type,
            substring(%(blob_data)b::bytea FROM u.off FOR u.len)
@@ -69,8 +76,19 @@ ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
 -- retried after a crash cannot change what was recorded. Parameters: thread_id,
 -- checkpoint_ns, checkpoint_id, task_id, task_path, and the parallel arrays idxs,
 -- channels, types, offsets, lengths (distinct idxs): each write's blob is cut out of data
--- (bytea, the blobs concatenated, as put_checkpoint's blob_data). Index:
--- checkpoint_writes_pkey (conflict).
+-- (bytea, the blobs concatenated, as put_checkpoint's blob_data).
+-- A write to a checkpoint that is not the namespace's last put (one that may have a
+-- child, which caches may hold a chain through) bumps late_writes, deciding on the
+-- locked row's latest version (see migrations/0006_checkpoint_epochs.sql); the common
+-- write, to the checkpoint just put, only locks the row until the commit. Special
+-- writes (upsert_writes) never bump: no DeltaChannel history holds them.
+-- Indexes: checkpoint_writes_pkey (conflict), checkpoint_epochs_pkey (conflict).
+WITH late AS (
+    INSERT INTO {s}checkpoint_epochs AS e (thread_id, checkpoint_ns, late_writes)
+    VALUES (%(thread_id)s, %(checkpoint_ns)s, 1)
+    ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET late_writes = e.late_writes + 1
+    WHERE e.last_put IS DISTINCT FROM %(checkpoint_id)s
+)
 INSERT INTO {s}checkpoint_writes
     (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
 SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, %(task_path)s,

@@ -16,7 +16,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from psycopg.rows import dict_row
 
 import langgraph_delta_postgres.migrate as migrate_mod
-from langgraph_delta_postgres import DeltaPostgresSaver
+from langgraph_delta_postgres import DeltaPostgresSaver, SetupRequiredError
 from langgraph_delta_postgres.migrate import discover, migrate, status
 from tests.integration.test_adoption import (
     GRAPHS,
@@ -82,13 +82,14 @@ def test_backfill_runs_in_committed_batches_and_resumes(
         assert filled == 21
         st = status(conn)
         assert BACKFILL in [m.name for m in st.pending] and not st.drifted
-        # the savers keep working meanwhile, on filled and unfilled rows alike
+        # the official saver keeps working meanwhile; ours needs every migration (0006,
+        # which its reads and writes use, comes after the backfill) and says so
         ours, off = DeltaPostgresSaver(conn), PostgresSaver(conn)
-        for tup in off.list(None):
-            mine = ours.get_tuple(tup.config)
-            assert mine is not None and mine.checkpoint == tup.checkpoint
-            assert mine.pending_writes == tup.pending_writes
-        run("delta", GRAPHS["delta"](ours), "t0", 2, 10)
+        tuples = list(off.list(None))
+        assert tuples
+        with pytest.raises(SetupRequiredError, match="migrate"):
+            ours.get_tuple({"configurable": {"thread_id": "t0"}})
+        run("delta", GRAPHS["delta"](off), "t0", 2, 10)
 
         monkeypatch.setattr(migrate_mod, "_plan", REAL_PLAN)
         now = conn.execute("SELECT count(*) AS n FROM checkpoints").fetchone()["n"]  # type: ignore[index]
@@ -113,6 +114,13 @@ def test_backfill_runs_in_committed_batches_and_resumes(
         ).fetchone()["n"] == 0  # type: ignore[index]
         assert actual_columns(conn) == expected_backfill(conn)
         assert migrate(conn) == [] and status(conn).ok
+        # once migrated, ours reads every row the official saver wrote, filled before,
+        # during or after the interruption, and goes on writing
+        for tup in off.list(None):
+            mine = ours.get_tuple(tup.config)
+            assert mine is not None and mine.checkpoint == tup.checkpoint
+            assert mine.pending_writes == tup.pending_writes
+        run("delta", GRAPHS["delta"](ours), "t0", 2, 10)
 
 
 def test_the_first_text_of_0004_still_counts_as_applied(dsn: str) -> None:

@@ -112,7 +112,8 @@ def test_replay_equals_official_setup_plus_ours(pg_server: Any) -> None:
             assert a[key] == b[key], key
         tables = {c[0] for c in a["columns"]}
         assert tables == {"checkpoints", "checkpoint_blobs", "checkpoint_writes",
-                          "checkpoint_migrations", "langgraph_delta_migrations"}
+                          "checkpoint_migrations", "langgraph_delta_migrations",
+                          "checkpoint_epochs"}
         assert [r[:3] for r in ledger(ours)] == [r[:3] for r in ledger(both)]
         # the official setup() after ours is a no-op
         with psycopg.connect(ours, autocommit=True, row_factory=dict_row) as conn:

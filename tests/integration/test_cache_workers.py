@@ -1,0 +1,196 @@
+"""Every process answers the same (contract rule 15): a saver whose cache holds a chain
+sees a write another process adds to one of its checkpoints after the checkpoint got a
+child, in the same answer a saver without a cache gives.
+
+The writer is another OS process (a second worker of a horizontally scaled deployment),
+so nothing in this process's memory can learn of the write: only the statement can.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
+from langgraph_delta_postgres._bench.rows import write_chain
+from tests.graph._util import canon_history
+
+CHANNELS = ["messages", "files"]
+
+
+def _cfg(thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
+    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
+    if checkpoint_id is not None:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf}
+
+
+def put_writes_in_another_process(dsn: str, config: dict[str, Any], value: str) -> None:
+    code = textwrap.dedent(
+        """
+        import sys, json
+        from langgraph_delta_postgres import DeltaPostgresSaver
+        dsn, config, value = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+        with DeltaPostgresSaver.from_conn_string(dsn) as s:
+            s.put_writes(config, [("messages", [value])], task_id="late-" + value,
+                         task_path="~z")
+        """
+    )
+    import json
+
+    subprocess.run(
+        [sys.executable, "-c", code, dsn, json.dumps(config), value], check=True, timeout=120
+    )
+
+
+def _fresh(dsn: str, config: dict[str, Any]) -> Any:
+    with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as fresh:
+        return canon_history(fresh.get_delta_channel_history(config=config, channels=CHANNELS))
+
+
+def test_another_process_adds_a_write_to_a_cached_ancestor(dsn: str) -> None:
+    with DeltaPostgresSaver.from_conn_string(dsn) as saver:
+        chain = write_chain(saver, "w2", 30, CHANNELS)
+        head = _cfg("w2", chain.ids[-1])
+        saver.get_delta_channel_history(config=head, channels=CHANNELS)
+        saver.get_delta_channel_history(config=head, channels=CHANNELS)
+        cache = saver.history_cache
+        assert cache is not None and cache.chain_hits > 0, "the chain was never served cached"
+        for i, at in enumerate((10, 28, 3)):  # deep, the target's parent, deeper again
+            put_writes_in_another_process(dsn, _cfg("w2", chain.ids[at]), f"late{i}")
+            got = canon_history(saver.get_delta_channel_history(config=head, channels=CHANNELS))
+            assert got == _fresh(dsn, head)
+            assert f"late{i}" in repr(got["messages"]), "the late write was not seen"
+            hits = cache.chain_hits
+            again = canon_history(saver.get_delta_channel_history(config=head, channels=CHANNELS))
+            assert again == got
+            assert cache.chain_hits > hits, "the cache did not serve the chain again"
+        # and get_tuple's prefetch (the same walk) of the latest checkpoint
+        put_writes_in_another_process(dsn, _cfg("w2", chain.ids[20]), "late-pre")
+        assert saver.get_tuple(_cfg("w2")) is not None
+        got = canon_history(saver.get_delta_channel_history(config=head, channels=CHANNELS))
+        assert got == _fresh(dsn, head) and "late-pre" in repr(got["messages"])
+
+
+async def test_another_process_adds_a_write_async(dsn: str) -> None:
+    with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as writer:
+        chain = write_chain(writer, "w2a", 20, CHANNELS)
+    head = _cfg("w2a", chain.ids[-1])
+    async with AsyncDeltaPostgresSaver.from_conn_string(dsn) as saver:
+        await saver.aget_delta_channel_history(config=head, channels=CHANNELS)
+        await saver.aget_delta_channel_history(config=head, channels=CHANNELS)
+        put_writes_in_another_process(dsn, _cfg("w2a", chain.ids[5]), "late-a")
+        got = canon_history(
+            await saver.aget_delta_channel_history(config=head, channels=CHANNELS)
+        )
+    assert got == _fresh(dsn, head) and "late-a" in repr(got["messages"])
+
+
+def _waiting_on_a_lock(dsn: str, pid: int) -> bool:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone()
+    return row is not None and row[0] == "Lock"
+
+
+def _wait_for_lock(dsn: str, pid: int) -> None:
+    deadline = time.monotonic() + 30
+    while not _waiting_on_a_lock(dsn, pid):
+        assert time.monotonic() < deadline, "the statement never waited on the lock"
+        time.sleep(0.01)
+
+
+def test_child_put_committed_first_then_write_to_its_parent(dsn: str) -> None:
+    """The race of durability="async" on a pool: the child's put and the parent's
+    put_writes run at once. The put commits while the write waits for the namespace's
+    row; a reader caches the chain through the parent in between; the write then sees
+    the child and marks the chain stale."""
+    with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as s:
+        chain = write_chain(s, "race", 12, CHANNELS)
+    parent = chain.ids[-1]
+    with psycopg.connect(dsn) as put_conn, psycopg.connect(dsn) as write_conn:
+        putter = DeltaPostgresSaver(put_conn, cache_bytes=0)
+        writer = DeltaPostgresSaver(write_conn, cache_bytes=0)
+        put_conn.execute("SELECT 1")  # a transaction open: the saver's becomes a savepoint
+        write_conn.execute("SELECT 1")
+        child = write_chain(putter, "race", 1, CHANNELS, start=chain.branches[-1])
+        done: list[Any] = []
+        t = threading.Thread(
+            target=lambda: done.append(
+                writer.put_writes(_cfg("race", parent), [("messages", ["racing"])], "t-race")
+            )
+        )
+        t.start()
+        _wait_for_lock(dsn, write_conn.info.backend_pid)
+        put_conn.commit()  # the child's put lands; the write goes on
+        t.join(timeout=30)
+        assert not t.is_alive() and done == [None]
+        # the write is not committed yet: a reader caches the chain through the parent
+        head = _cfg("race", child.ids[-1])
+        with DeltaPostgresSaver.from_conn_string(dsn) as reader:
+            before = reader.get_delta_channel_history(config=head, channels=CHANNELS)
+            reader.get_delta_channel_history(config=head, channels=CHANNELS)
+            assert "racing" not in repr(before)
+            write_conn.commit()
+            got = canon_history(reader.get_delta_channel_history(config=head, channels=CHANNELS))
+        assert got == _fresh(dsn, head) and "racing" in repr(got["messages"])
+
+
+def test_write_to_the_last_put_holds_back_its_childs_put(dsn: str) -> None:
+    """The other order: the write to the checkpoint just put locks the namespace's row,
+    so the child's put waits for the write's commit and no reader sees the child
+    without the write."""
+    with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as s:
+        chain = write_chain(s, "order", 12, CHANNELS)
+    parent = chain.ids[-1]
+    with psycopg.connect(dsn) as put_conn, psycopg.connect(dsn) as write_conn:
+        writer = DeltaPostgresSaver(write_conn, cache_bytes=0)
+        putter = DeltaPostgresSaver(put_conn, cache_bytes=0)
+        put_conn.execute("SELECT 1")  # a transaction open: the saver's becomes a savepoint
+        write_conn.execute("SELECT 1")
+        writer.put_writes(_cfg("order", parent), [("messages", ["first"])], "t-first")
+        got: list[Any] = []
+        t = threading.Thread(
+            target=lambda: got.append(
+                write_chain(putter, "order", 1, CHANNELS, start=chain.branches[-1])
+            )
+        )
+        t.start()
+        _wait_for_lock(dsn, put_conn.info.backend_pid)
+        write_conn.commit()
+        t.join(timeout=30)
+        assert not t.is_alive() and len(got) == 1
+        put_conn.commit()
+    head = _cfg("order", got[0].ids[-1])
+    with DeltaPostgresSaver.from_conn_string(dsn) as reader:
+        reader.get_delta_channel_history(config=head, channels=CHANNELS)
+        answer = canon_history(reader.get_delta_channel_history(config=head, channels=CHANNELS))
+    assert answer == _fresh(dsn, head) and "first" in repr(answer["messages"])
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_epoch_moves_only_for_late_writes(dsn: str, late: bool) -> None:
+    """The common write (to the checkpoint just put) leaves the namespace's count alone,
+    so caches keep their chains across a run's steps; a late one bumps it."""
+    with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as s:
+        chain = write_chain(s, "ep", 5, CHANNELS)
+        target = chain.ids[1] if late else chain.ids[-1]
+        with psycopg.connect(dsn) as conn:
+            (before,) = conn.execute(
+                "SELECT late_writes FROM checkpoint_epochs WHERE thread_id = 'ep'"
+            ).fetchone() or (None,)
+        s.put_writes(_cfg("ep", target), [("messages", ["x"])], "t-ep")
+        with psycopg.connect(dsn) as conn:
+            (after,) = conn.execute(
+                "SELECT late_writes FROM checkpoint_epochs WHERE thread_id = 'ep'"
+            ).fetchone() or (None,)
+    assert before is not None
+    assert after == (before + 1 if late else before)
