@@ -916,17 +916,24 @@ class SaverCore(BaseCheckpointSaver[str]):
                 "kept_ids": [k[2] for k in kept],
             },
         )
-        if kept:
+        # ``kept`` is every checkpoint of the keep-sets, some of other runs (never
+        # deleted here anyway): the statement says which of the runs' own it kept.
+        spared = sorted(
+            (r["thread_id"], r["checkpoint_ns"], r["checkpoint_id"])
+            for r in touched
+            if r["kind"] == "k"
+        )
+        if spared:
             logger.warning(
                 "delete_for_runs(%s): kept %d checkpoint(s) of these runs that later "
                 "checkpoints rebuild their DeltaChannel state from (thread/namespace/"
                 "checkpoint): %s",
                 ", ".join(ids),
-                len(kept),
-                ", ".join(f"{t}/{n or '-'}/{i}" for t, n, i in sorted(kept)),
+                len(spared),
+                ", ".join(f"{t}/{n or '-'}/{i}" for t, n, i in spared),
             )
         # Memory only: a walk cannot reach a deleted row, and a kept one is unchanged.
-        self._forget_threads([r["thread_id"] for r in touched])
+        self._forget_threads([r["thread_id"] for r in touched if r["kind"] == "d"])
         return None
 
     def _op_copy_thread(self, source: str, target: str) -> Op[None]:
