@@ -221,6 +221,29 @@ def packed_blobs(blobs: Sequence[bytes], prefix: str = "") -> dict[str, Any]:
     }
 
 
+def setup_required(
+    error: psycopg.Error, schema: str | None, *, cli: bool = False
+) -> SetupRequiredError:
+    """The SetupRequiredError of ``error`` (an UndefinedTable/UndefinedColumn of a
+    statement of this package): the tables are missing or not migrated. ``cli``: worded
+    for the command line (run ``migrate``; Postgres's own first line only)."""
+    where = f" in schema {schema!r}" if schema else ""
+    migrate = f"langgraph-delta-pg migrate{f' --schema {shlex.quote(schema)}' if schema else ''}"
+    if isinstance(error, SetupRequiredError) and isinstance(error.__cause__, psycopg.Error):
+        error = error.__cause__  # the saver's own: word it again from Postgres's error
+    if cli:
+        said = error.diag.message_primary or str(error).split("\n", 1)[0]
+        return SetupRequiredError(
+            f"the checkpoint tables{where} are missing or not migrated: run `{migrate}` "
+            f"first ({said})"
+        )
+    return SetupRequiredError(
+        f"the checkpoint tables{where} are missing or not migrated: call the saver's "
+        f"setup() once (or run `{migrate}`) before using it "
+        f"({' '.join(str(error).split())})"
+    )
+
+
 def _configurable(config: RunnableConfig) -> dict[str, Any]:
     try:
         return config["configurable"]
@@ -320,13 +343,7 @@ class SaverCore(BaseCheckpointSaver[str]):
         """What a driver raises instead of a statement's UndefinedTable/UndefinedColumn:
         the tables are missing, or older than this package (found without a statement of
         its own on the hot path: the driver translates the error when it happens)."""
-        where = f" in schema {self.schema!r}" if self.schema else ""
-        cli = f" --schema {shlex.quote(self.schema)}" if self.schema else ""
-        return SetupRequiredError(
-            f"the checkpoint tables{where} are missing or not migrated: call the saver's "
-            f"setup() once (or run `langgraph-delta-pg migrate{cli}`) before using it "
-            f"({' '.join(str(error).split())})"
-        )
+        return setup_required(error, self.schema)
 
     def _row_to_tuple(self, row: Row) -> CheckpointTuple:
         loads = self.serde.loads_typed
