@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from typing import Any
 
 import psycopg
@@ -43,14 +44,40 @@ def explain_connect_error(e: BaseException, *, unreachable_hint: str) -> str:
             f"the connection string is not valid ({msg}); expected e.g. "
             "postgresql://user:password@host:5432/dbname"
         )
-    if "password authentication failed" in low or "no password supplied" in low:
+    if "no password supplied" in low:  # libpq's own: the server asked for a password
         return (
-            f"the server rejected the login ({msg}): check the user and password in "
+            f"the server asked for a password and none was given ({msg}): put it in "
             "--dsn / DATABASE_URL (or PGPASSWORD, ~/.pgpass)"
         )
-    if "database" in low and "does not exist" in low:
-        return f"{msg}: create it (createdb NAME) or name an existing database in the DSN"
-    return f"cannot reach Postgres ({msg}): {unreachable_hint}"
+    said = _SERVER_SAID.search(msg)
+    if said is None:  # no answer from a server: the network, the host, the port
+        return f"cannot reach Postgres ({msg}): {unreachable_hint}"
+    # Postgres answered and refused: say what it said, then what to check
+    text = said.group(1)
+    low = text.lower()
+    if "password authentication failed" in low:
+        hint = ": check the user and password in --dsn / DATABASE_URL (or PGPASSWORD, ~/.pgpass)"
+    elif low.startswith("role") and "does not exist" in low:
+        hint = ": check the user name in --dsn / DATABASE_URL"
+    elif low.startswith("database") and "does not exist" in low:
+        hint = ": create it (createdb NAME) or name an existing database in the DSN"
+    elif "pg_hba" in low:  # "no pg_hba.conf entry for host ..."
+        hint = ": the server's pg_hba.conf does not let this user in from here"
+    else:
+        hint = ""
+    return f"Postgres refused the connection: {text}{hint}"
+
+
+#: A server's error in libpq's connection message ("... failed: FATAL:  role ...").
+_SERVER_SAID = re.compile(r"\b(?:FATAL|ERROR|PANIC):\s+(.*)")
+
+
+def setup_required(e: psycopg.Error, schema: str | None) -> CliError:
+    """A statement found the tables missing (UndefinedTable/UndefinedColumn): say to run
+    ``langgraph-delta-pg migrate``, as the savers' SetupRequiredError does."""
+    from ._core import setup_required as _setup_required
+
+    return CliError(str(_setup_required(e, schema, cli=True)))
 
 
 def connect(dsn: str, *, unreachable_hint: str) -> psycopg.Connection[Any]:

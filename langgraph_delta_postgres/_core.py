@@ -38,6 +38,16 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 
 from ._cache import NO_PLAN, HistoryCache, Plan, gc_paused
+from ._checks import (
+    INT8_MAX,
+    check_bool,
+    check_id,
+    check_ids,
+    check_int,
+    check_mapping,
+    check_names,
+    check_str,
+)
 from ._compat import _DeltaSnapshot
 from ._sql import Queries
 
@@ -211,6 +221,29 @@ def packed_blobs(blobs: Sequence[bytes], prefix: str = "") -> dict[str, Any]:
     }
 
 
+def setup_required(
+    error: psycopg.Error, schema: str | None, *, cli: bool = False
+) -> SetupRequiredError:
+    """The SetupRequiredError of ``error`` (an UndefinedTable/UndefinedColumn of a
+    statement of this package): the tables are missing or not migrated. ``cli``: worded
+    for the command line (run ``migrate``; Postgres's own first line only)."""
+    where = f" in schema {schema!r}" if schema else ""
+    migrate = f"langgraph-delta-pg migrate{f' --schema {shlex.quote(schema)}' if schema else ''}"
+    if isinstance(error, SetupRequiredError) and isinstance(error.__cause__, psycopg.Error):
+        error = error.__cause__  # the saver's own: word it again from Postgres's error
+    if cli:
+        said = error.diag.message_primary or str(error).split("\n", 1)[0]
+        return SetupRequiredError(
+            f"the checkpoint tables{where} are missing or not migrated: run `{migrate}` "
+            f"first ({said})"
+        )
+    return SetupRequiredError(
+        f"the checkpoint tables{where} are missing or not migrated: call the saver's "
+        f"setup() once (or run `{migrate}`) before using it "
+        f"({' '.join(str(error).split())})"
+    )
+
+
 def _configurable(config: RunnableConfig) -> dict[str, Any]:
     try:
         return config["configurable"]
@@ -241,7 +274,8 @@ class SaverCore(BaseCheckpointSaver[str]):
         #: statements composed of several blocks, built on first use (history_query, ...)
         self._composed: dict[str, sql.Composed] = {}
         self.schema = schema
-        cache = HistoryCache(cache_bytes)  # validates cache_bytes
+        check_int("cache_bytes", cache_bytes, low=0, high=INT8_MAX)
+        cache = HistoryCache(cache_bytes)
         #: The decoded-value cache of get_delta_channel_history (None: cache_bytes=0).
         self.history_cache: HistoryCache | None = cache if cache_bytes else None
 
@@ -309,13 +343,7 @@ class SaverCore(BaseCheckpointSaver[str]):
         """What a driver raises instead of a statement's UndefinedTable/UndefinedColumn:
         the tables are missing, or older than this package (found without a statement of
         its own on the hot path: the driver translates the error when it happens)."""
-        where = f" in schema {self.schema!r}" if self.schema else ""
-        cli = f" --schema {shlex.quote(self.schema)}" if self.schema else ""
-        return SetupRequiredError(
-            f"the checkpoint tables{where} are missing or not migrated: call the saver's "
-            f"setup() once (or run `langgraph-delta-pg migrate{cli}`) before using it "
-            f"({' '.join(str(error).split())})"
-        )
+        return setup_required(error, self.schema)
 
     def _row_to_tuple(self, row: Row) -> CheckpointTuple:
         loads = self.serde.loads_typed
@@ -436,6 +464,25 @@ class SaverCore(BaseCheckpointSaver[str]):
             return self._row_to_tuple(row)
 
     def _op_list(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> Op[list[CheckpointTuple]]:
+        """list; the arguments are checked here, before the driver runs anything."""
+        check_mapping("config", config)
+        if config is not None:
+            _thread_id(config)  # a config must name its thread
+        check_mapping("filter", filter)
+        check_mapping("before", before)
+        # a limit beyond int8 is "no limit" (SQL's LIMIT is a bigint)
+        check_int("limit", limit, low=None, high=None, none_ok=True)
+        if limit is not None:
+            limit = min(limit, INT8_MAX)
+        return self._list(config, filter, before, limit)
+
+    def _list(
         self,
         config: RunnableConfig | None,
         filter: dict[str, Any] | None,
@@ -636,6 +683,22 @@ class SaverCore(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str,
     ) -> Op[None]:
+        """put_writes; the arguments are checked here, before the driver runs anything."""
+        check_str("task_id", task_id)
+        check_str("task_path", task_path, none_ok=True)  # None: "" as before
+        if isinstance(writes, str | bytes | Mapping):
+            raise TypeError(
+                f"writes must be a sequence of (channel, value) pairs, not {type(writes).__name__}"
+            )
+        return self._put_writes(config, writes, task_id, task_path)
+
+    def _put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> Op[None]:
         if not writes:
             return None
         conf = _configurable(config)
@@ -670,10 +733,15 @@ class SaverCore(BaseCheckpointSaver[str]):
 
     # ------------------------------------------------------------------ maintenance
 
+    def _op_delete_thread(self, thread_id: str) -> Op[None]:
+        """delete_thread; ``thread_id`` is checked here, before the driver runs anything."""
+        return self._op_delete_threads([check_id("thread_id", thread_id)])
+
     def _op_delete_threads(self, thread_ids: Sequence[str]) -> Op[None]:
+        """Every row of these threads (ids already checked)."""
         yield Stmt(
             self.queries["maintenance.delete_threads"],
-            {"thread_ids": [str(t) for t in thread_ids]},
+            {"thread_ids": list(thread_ids)},
             fetch=False,
         )
         self._forget_threads(thread_ids)
@@ -689,26 +757,28 @@ class SaverCore(BaseCheckpointSaver[str]):
     ) -> list[Op[PruneStats]]:
         """prune: the operations to run, each in its own transaction, whose results add
         up to the answer. ``keep_latest``: one per thread (a huge batch is never one
-        long transaction); ``delete``: one for all the threads (atomic, as before)."""
-        if isinstance(thread_ids, str):
-            raise TypeError("thread_ids must be a sequence of thread ids, not a str")
+        long transaction); ``delete``: one for all the threads (atomic, as before).
+        Every argument is checked here, before any operation is made: a wrong type
+        raises TypeError, a bad value ValueError, and nothing runs."""
+        ids = list(dict.fromkeys(check_ids("thread_ids", thread_ids, "thread id")))
+        check_str("strategy", strategy)
         if strategy not in PRUNE_STRATEGIES:
             raise ValueError(
                 f"unknown prune strategy {strategy!r}: use one of {', '.join(PRUNE_STRATEGIES)}"
             )
-        if keep_last is not None:
-            if strategy != "keep_latest":
-                raise ValueError(f"keep_last applies to strategy='keep_latest', not {strategy!r}")
-            if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1:
-                raise ValueError(f"keep_last must be an int >= 1, not {keep_last!r}")
-        if before is not None and (
-            not isinstance(before, datetime) or before.utcoffset() is None
-        ):
+        check_int("keep_last", keep_last, low=1, none_ok=True)
+        if keep_last is not None and strategy != "keep_latest":
+            raise ValueError(f"keep_last applies to strategy='keep_latest', not {strategy!r}")
+        if before is not None and not isinstance(before, datetime):
+            raise TypeError(
+                f"before must be a timezone-aware datetime or None, not {type(before).__name__}"
+            )
+        if before is not None and before.utcoffset() is None:
             raise ValueError(
                 f"before must be a timezone-aware datetime (e.g. datetime.now(UTC) - "
                 f"timedelta(days=30)), not {before!r}"
             )
-        ids = list(dict.fromkeys(str(t) for t in thread_ids))
+        check_bool("dry_run", dry_run)
         if not ids:
             return []
         if strategy == "keep_latest":
@@ -819,12 +889,13 @@ class SaverCore(BaseCheckpointSaver[str]):
         return keep
 
     def _op_delete_for_runs(self, run_ids: Sequence[str]) -> Op[None]:
+        """delete_for_runs; ``run_ids`` is checked here, before the driver runs anything."""
+        return self._delete_for_runs(check_ids("run_ids", run_ids, "run id"))
+
+    def _delete_for_runs(self, ids: list[str]) -> Op[None]:
         """Atomic: the driver runs it in one transaction. A checkpoint of the runs that
         a later checkpoint (of another run) needs to load its state is kept, with its
         writes and blobs, and logged; the rest of the runs goes."""
-        if isinstance(run_ids, str):
-            raise TypeError("run_ids must be a sequence of run ids, not a str")
-        ids = [str(r) for r in run_ids]
         if not ids:
             return None
         children = yield Stmt(self.queries["retention.run_children"], {"run_ids": ids})
@@ -862,24 +933,36 @@ class SaverCore(BaseCheckpointSaver[str]):
                 "kept_ids": [k[2] for k in kept],
             },
         )
-        if kept:
+        # ``kept`` is every checkpoint of the keep-sets, some of other runs (never
+        # deleted here anyway): the statement says which of the runs' own it kept.
+        spared = sorted(
+            (r["thread_id"], r["checkpoint_ns"], r["checkpoint_id"])
+            for r in touched
+            if r["kind"] == "k"
+        )
+        if spared:
             logger.warning(
                 "delete_for_runs(%s): kept %d checkpoint(s) of these runs that later "
                 "checkpoints rebuild their DeltaChannel state from (thread/namespace/"
                 "checkpoint): %s",
                 ", ".join(ids),
-                len(kept),
-                ", ".join(f"{t}/{n or '-'}/{i}" for t, n, i in sorted(kept)),
+                len(spared),
+                ", ".join(f"{t}/{n or '-'}/{i}" for t, n, i in spared),
             )
         # Memory only: a walk cannot reach a deleted row, and a kept one is unchanged.
-        self._forget_threads([r["thread_id"] for r in touched])
+        self._forget_threads([r["thread_id"] for r in touched if r["kind"] == "d"])
         return None
 
     def _op_copy_thread(self, source: str, target: str) -> Op[None]:
-        """Atomic: the driver runs it in one transaction."""
-        source, target = str(source), str(target)
+        """copy_thread; the ids are checked here, before the driver runs anything."""
+        source = check_id("source_thread_id", source)
+        target = check_id("target_thread_id", target)
         if source == target:
             raise ValueError("copy_thread: source and target thread ids are the same")
+        return self._copy_thread(source, target)
+
+    def _copy_thread(self, source: str, target: str) -> Op[None]:
+        """Atomic: the driver runs it in one transaction."""
         rows = yield Stmt(self.queries["maintenance.thread_exists"], {"thread_id": target})
         if rows:
             raise ValueError(
@@ -897,6 +980,4 @@ class SaverCore(BaseCheckpointSaver[str]):
 
 def wanted_channels(channels: Sequence[str]) -> list[str]:
     """The distinct requested channels, in order (empty: the answer is ``{}``, no query)."""
-    if isinstance(channels, str):
-        raise TypeError("channels must be a sequence of channel names, not a str")
-    return list(dict.fromkeys(channels))
+    return list(dict.fromkeys(check_names("channels", channels, "channel name")))

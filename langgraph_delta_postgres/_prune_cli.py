@@ -19,7 +19,8 @@ from typing import Any
 
 import psycopg
 
-from ._cliutil import CliError, connect, db_error, resolve_dsn
+from ._checks import INT4_MAX
+from ._cliutil import CliError, connect, db_error, resolve_dsn, setup_required
 from ._core import HistoryError, PruneStats
 from .saver import DeltaPostgresSaver
 
@@ -28,13 +29,22 @@ _AGE = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
 
 
 def parse_age(text: str) -> timedelta:
-    """``30d`` -> 30 days (units s, m, h, d, w)."""
+    """``30d`` -> 30 days (units s, m, h, d, w); refused (a usage error) when it reaches
+    back before year 1, which no date can say."""
     m = _AGE.match(text)
     if not m:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not an age: use a number and a unit, e.g. 90m, 12h, 30d, 2w"
         )
-    return timedelta(**{_UNITS[m.group(2)]: int(m.group(1))})
+    try:
+        age = timedelta(**{_UNITS[m.group(2)]: int(m.group(1))})
+        datetime.now(UTC) - age  # noqa: B018  # the cut-off run() computes must exist
+    except (OverflowError, ValueError):  # ValueError: more digits than int() reads
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is too long ago: an age must stay after year 1 "
+            f"(at most {(datetime.now(UTC) - datetime.min.replace(tzinfo=UTC)).days}d)"
+        ) from None
+    return age
 
 
 def _positive(text: str) -> int:
@@ -42,8 +52,8 @@ def _positive(text: str) -> int:
         n = int(text)
     except ValueError:
         n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    if not 1 <= n <= INT4_MAX:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to {INT4_MAX}")
     return n
 
 
@@ -168,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
                                 failed.append((thread_id, str(e)))
                             scanned += 1
                             progress.advance(bar)
+            except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as e:
+                raise setup_required(e, args.schema) from None  # a SetupRequiredError too
             except psycopg.Error as e:
                 raise db_error(e) from None
             elapsed = time.monotonic() - t0

@@ -23,6 +23,7 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool
 
 from . import migrate as _migrate
+from ._checks import check_saver_options
 from ._core import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_PREPARE_THRESHOLD,
@@ -102,6 +103,12 @@ class AsyncDeltaPostgresSaver(SaverCore):
         and other poolers in transaction mode require. Otherwise the connections plan
         prepared statements generically (see :func:`._core.connect_kwargs`).
         """
+        check_saver_options(
+            cache_bytes=cache_bytes, pipeline=pipeline, pool_size=pool_size,
+            prepare_threshold=prepare_threshold,
+        )
+        if not isinstance(conn_string, str):
+            raise TypeError(f"conn_string must be a str, not {type(conn_string).__name__}")
         kwargs = connect_kwargs(conn_string, prepare_threshold)
         if pool_size is not None:
             if pipeline:
@@ -195,7 +202,7 @@ class AsyncDeltaPostgresSaver(SaverCore):
         await self._run(self._op_put_writes(config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await self._run(self._op_delete_threads([thread_id]))
+        await self._run(self._op_delete_thread(thread_id))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         await self._run(self._op_delete_for_runs(run_ids), atomic=True)

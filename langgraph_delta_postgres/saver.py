@@ -23,6 +23,7 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool
 
 from . import migrate as _migrate
+from ._checks import check_saver_options
 from ._core import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_PREPARE_THRESHOLD,
@@ -105,6 +106,12 @@ class DeltaPostgresSaver(SaverCore):
         and other poolers in transaction mode require. Otherwise the connections plan
         prepared statements generically (see :func:`._core.connect_kwargs`).
         """
+        check_saver_options(
+            cache_bytes=cache_bytes, pipeline=pipeline, pool_size=pool_size,
+            prepare_threshold=prepare_threshold,
+        )
+        if not isinstance(conn_string, str):
+            raise TypeError(f"conn_string must be a str, not {type(conn_string).__name__}")
         kwargs = connect_kwargs(conn_string, prepare_threshold)
         if pool_size is not None:
             if pipeline:
@@ -197,7 +204,7 @@ class DeltaPostgresSaver(SaverCore):
         self._run(self._op_put_writes(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
-        self._run(self._op_delete_threads([thread_id]))
+        self._run(self._op_delete_thread(thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         self._run(self._op_delete_for_runs(run_ids), atomic=True)
@@ -225,10 +232,15 @@ class DeltaPostgresSaver(SaverCore):
         in one transaction. ``before``: only threads whose latest checkpoint is older
         (timezone-aware). ``dry_run``: delete nothing, count what would go.
 
+        Every argument is checked before any statement runs.
+
         Raises:
-            TypeError: ``thread_ids`` is a str.
-            ValueError: unknown strategy, ``keep_last`` not an int >= 1 (or with
-                ``"delete"``), ``before`` not a timezone-aware datetime.
+            TypeError: an argument of the wrong type: ``thread_ids`` a str (or not a
+                sequence of str / UUID ids), ``strategy`` not a str, ``keep_last`` not an
+                int, ``before`` not a datetime, ``dry_run`` not a bool (``"no"``,
+                ``None``, ``0`` are refused: only ``True`` / ``False``).
+            ValueError: unknown strategy, ``keep_last`` < 1 (or given with
+                ``"delete"``), ``before`` a naive datetime.
             HistoryError: a thread's parent chain has a cycle (or is deeper than
                 ``max_history_depth``); that thread is left untouched, those before it
                 in ``thread_ids`` are pruned.

@@ -19,12 +19,16 @@ DELETE FROM {s}checkpoints WHERE thread_id = ANY (%(thread_ids)s::text[])
 -- blobs no surviving checkpoint of the same thread and namespace references.
 -- Parameters: run_ids text[]; kept_threads, kept_ns, kept_ids text[]: checkpoints of the
 -- runs that later checkpoints still need (retention.run_children), kept with their
--- writes and blobs. Result column: thread_id, once per thread a checkpoint was deleted
--- from (the saver's cache forgets those). A run's checkpoints are those of the thread it
--- ran on: a row whose
--- metadata names another thread_id is a copy (copy_thread of an older version, or of
--- another saver) and is kept. Index: checkpoints_run_id_idx (metadata ->> 'run_id',
--- migration 0005).
+-- writes and blobs (the keep-sets of retention.run_children's checkpoints: they may
+-- also hold checkpoints of other runs, which this statement never deletes anyway).
+-- Result columns: kind, thread_id, checkpoint_ns, checkpoint_id. Kind 'd': once per
+-- thread a checkpoint was deleted from (the saver's cache forgets those; ns and id
+-- NULL); kind 'k': a kept checkpoint that is one of the runs' own (what the saver logs
+-- as kept: not the other runs' checkpoints of the keep-sets). A run's checkpoints are
+-- those of the thread it ran on: a row whose metadata names another thread_id is a copy
+-- (copy_thread of an older version, or of another saver) and is kept. Index:
+-- checkpoints_run_id_idx (metadata ->> 'run_id', migration 0005); a kept one by
+-- checkpoints_pkey.
 WITH kept AS (
     SELECT k.thread_id, k.checkpoint_ns, k.checkpoint_id
     FROM unnest(%(kept_threads)s::text[], %(kept_ns)s::text[], %(kept_ids)s::text[])
@@ -73,7 +77,18 @@ WHERE b.thread_id = f.thread_id
              ))
   )
 )
-SELECT DISTINCT d.thread_id AS thread_id FROM dead AS d
+SELECT DISTINCT 'd'::text AS kind, d.thread_id AS thread_id,
+       NULL::text AS checkpoint_ns, NULL::text AS checkpoint_id
+FROM dead AS d
+UNION ALL
+SELECT 'k'::text, c.thread_id, c.checkpoint_ns, c.checkpoint_id
+FROM kept AS k
+JOIN {s}checkpoints AS c
+  ON c.thread_id = k.thread_id
+ AND c.checkpoint_ns = k.checkpoint_ns
+ AND c.checkpoint_id = k.checkpoint_id
+WHERE c.metadata ->> 'run_id' = ANY (%(run_ids)s::text[])
+  AND coalesce(c.metadata ->> 'thread_id', c.thread_id) = c.thread_id
 
 -- name: thread_exists
 -- Parameter: thread_id. Result column: found (a row when the thread has a checkpoint).

@@ -9,6 +9,7 @@ thread must then continue exactly like that copy.
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -548,3 +549,47 @@ def test_keepset_plan_cached_on_tiny_tables_stays_a_key_lookup(dsn: str) -> None
             )
         )
         assert "Seq Scan" not in plan and "checkpoints_pkey" in plan, plan
+
+
+def test_delete_for_runs_logs_only_what_it_kept_of_the_runs_asked_for(
+    dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Runs r0..r5 on a DeltaChannel thread with no snapshot after the first: the
+    checkpoint r3 starts from rebuilds its state through every earlier checkpoint, of r2
+    and of r0, r1. Deleting r2 keeps what r3 needs of r2; the warning counts and lists
+    those, not the checkpoints of r0 and r1 the keep-set also holds (issue 21: "kept 39
+    checkpoint(s) of these runs" when the 39 belonged to 13 other runs)."""
+    builder = fanout_builder(100)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ours = DeltaPostgresSaver(conn)
+        g = builder.compile(checkpointer=ours)
+        for i in range(6):
+            g.invoke({"items": [f"u{i}"]}, RUN("A", f"r{i}"))
+
+        def of_run(run_id: str) -> set[str]:
+            return {
+                t.config["configurable"]["checkpoint_id"]
+                for t in ours.list(T("A"))
+                if t.metadata.get("run_id") == run_id
+            }
+
+        others = of_run("r0") | of_run("r1")
+        assert others
+        with caplog.at_level("WARNING", logger="langgraph_delta_postgres"):
+            ours.delete_for_runs(["r2"])
+        kept_r2 = of_run("r2")
+        assert kept_r2  # r3 builds on it: kept
+        (record,) = [r for r in caplog.records if "delete_for_runs" in r.getMessage()]
+        msg = record.getMessage()
+        m = re.search(r"kept (\d+) checkpoint\(s\) of these runs", msg)
+        assert m is not None, msg
+        assert int(m.group(1)) == len(kept_r2), msg
+        listed = set(re.findall(r"A/-/(\S+?)(?:,|$)", msg))
+        assert listed == kept_r2, msg
+        assert not listed & others
+        # nothing builds on the last run: it goes and nothing is logged
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="langgraph_delta_postgres"):
+            ours.delete_for_runs(["r5"])
+        assert not of_run("r5")
+        assert "kept" not in caplog.text

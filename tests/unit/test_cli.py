@@ -6,10 +6,15 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
+import pytest
 from langgraph.checkpoint.base import empty_checkpoint
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from langgraph_delta_postgres import DeltaPostgresSaver
 from langgraph_delta_postgres.cli import EXIT_PENDING
@@ -147,3 +152,76 @@ def test_usage_errors() -> None:
         capture_output=True, text=True, timeout=60,
     )
     assert res.returncode == 0 and "migrate" in res.stdout and "status" in res.stdout
+
+
+# ---------------------------------------------------------------- refused logins
+
+
+def _with(dsn: str, **params: str) -> str:
+    p = conninfo_to_dict(dsn)
+    p.update(params)
+    return make_conninfo(**p)  # type: ignore[arg-type]
+
+
+def test_a_role_postgres_refuses_is_reported_with_its_words(dsn: str) -> None:
+    """Issue 21: a role Postgres refuses was reported as "cannot reach Postgres"."""
+    bad = _with(dsn, user=f"lgdp_nobody_{uuid.uuid4().hex[:8]}")
+    for cmd in (["migrate"], ["status"], ["prune", "--thread", "t"]):
+        res = run(*cmd, "--dsn", bad)
+        assert res.returncode == 1, res.stderr
+        lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+        assert "cannot reach" not in lines[0]
+        assert "Postgres refused the connection: role" in lines[0]
+        assert "does not exist" in lines[0] and "check the user name" in lines[0]
+
+
+@pytest.fixture
+def password_role(pg_server: Any) -> Iterator[tuple[str, str]]:
+    """A login role with a password, and a pg_hba.conf that asks for it: the embedded
+    Postgres (pgserver) is initdb'd with trust only, so when the test can write the
+    server's pg_hba.conf (the embedded one: same OS user) it puts lines for this role
+    first and reloads; a server it cannot change (Docker, $LGDP_TEST_DSN) is used as it
+    is, and the test is skipped if that server lets a wrong password in."""
+    role = f"lgdp_pw_{uuid.uuid4().hex[:8]}"
+    with pg_server.admin() as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'right-password'")
+        hba = str(conn.execute("SHOW hba_file").fetchone()[0])  # type: ignore[index]
+        original = None
+        if os.access(hba, os.W_OK):
+            original = Path(hba).read_text()
+            Path(hba).write_text(
+                f"local all {role} scram-sha-256\nhost all {role} all scram-sha-256\n"
+                + original
+            )
+            conn.execute("SELECT pg_reload_conf()")
+    try:
+        yield role, "right-password"
+    finally:
+        with pg_server.admin() as conn:
+            if original is not None:
+                Path(hba).write_text(original)
+                conn.execute("SELECT pg_reload_conf()")
+            conn.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+def test_a_wrong_password_is_reported_with_postgres_words(
+    dsn: str, password_role: tuple[str, str]
+) -> None:
+    role, password = password_role
+    wrong = _with(dsn, user=role, password="wrong-password")
+    try:
+        psycopg.connect(wrong).close()
+    except psycopg.OperationalError:
+        pass
+    else:
+        pytest.skip("this test server lets a wrong password in (trust): cannot test it")
+    for cmd in (["status"], ["prune", "--thread", "t"]):
+        res = run(*cmd, "--dsn", wrong)
+        assert res.returncode == 1, res.stderr
+        lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+        assert "cannot reach" not in lines[0]
+        assert f'password authentication failed for user "{role}"' in lines[0]
+        assert "Postgres refused the connection" in lines[0]
+        assert "wrong-password" not in lines[0]

@@ -120,3 +120,35 @@ def test_prune_reports_a_corrupt_thread_and_goes_on(dsn: str) -> None:
 )
 def test_parse_age(text: str, seconds: int) -> None:
     assert parse_age(text).total_seconds() == seconds
+
+
+def test_prune_age_beyond_any_date_is_a_usage_error(dsn: str) -> None:
+    """Issue 21: ``--older-than 99999999999999d`` printed an OverflowError traceback."""
+    for age in ("99999999999999d", "999999999d", "9" * 5000 + "s"):
+        res = run("prune", "--dsn", dsn, "--older-than", age)
+        assert res.returncode == 2, res.stderr
+        assert "Traceback" not in res.stderr and "OverflowError" not in res.stderr
+        errors = [ln for ln in res.stderr.splitlines() if "error:" in ln]
+        assert len(errors) == 1 and "too long ago" in errors[0], res.stderr
+    for n in ("99999999999999", "2147483648"):
+        res = run("prune", "--dsn", dsn, "--thread", "x", "--keep-last", n)
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+        res = run("prune", "--dsn", dsn, "--older-than", "1d", "--batch", n)
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize(
+    "how", [["--thread", "t1"], ["--older-than", "1d"], ["--thread", "t1", "--delete"]]
+)
+def test_prune_of_a_never_migrated_database_says_to_migrate(empty_dsn: str, how: list[str]) -> None:
+    res = run("prune", "--dsn", empty_dsn, *how)
+    assert res.returncode == 1
+    assert "Traceback" not in res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("error: the checkpoint tables are missing or not migrated")
+    assert "run `langgraph-delta-pg migrate`" in lines[0]
+    assert "setup()" not in lines[0] and "LINE" not in lines[0]
+    res = run("prune", "--dsn", empty_dsn, "--schema", "lgdp x", *how)
+    assert res.returncode == 1
+    assert "langgraph-delta-pg migrate --schema 'lgdp x'" in res.stderr

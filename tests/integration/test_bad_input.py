@@ -1,0 +1,139 @@
+"""Every option of the savers' public calls is type-checked before any statement runs
+(issue 21, item 4): a wrong type is a TypeError, a bad value a ValueError, and the
+database is left as it was. ``prune(dry_run="no")`` once reached SQL, where 'no' is a
+valid false, and deleted."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+
+from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
+from tests.integration._helpers import cfg, open_saver, put_chain, table_snapshot
+from tests.plugins.savers import SaverFactory
+
+REFUSED: list[tuple[str, tuple[Any, ...], dict[str, Any], type[Exception], str]] = [
+    # (call, args, kwargs, error, match)
+    ("prune", (["t"],), {"dry_run": "no"}, TypeError, "dry_run must be True or False"),
+    ("prune", (["t"],), {"dry_run": None}, TypeError, "dry_run must be True or False"),
+    ("prune", (["t"],), {"dry_run": 0}, TypeError, "dry_run"),
+    ("prune", (["t"],), {"dry_run": "no", "strategy": "delete"}, TypeError, "dry_run"),
+    ("prune", (["t"],), {"keep_last": "2"}, TypeError, "keep_last must be an int"),
+    ("prune", (["t"],), {"keep_last": 2.0}, TypeError, "keep_last"),
+    ("prune", (["t"],), {"keep_last": True}, TypeError, "keep_last"),
+    ("prune", (["t"],), {"keep_last": 0}, ValueError, "keep_last"),
+    ("prune", (["t"],), {"keep_last": 2**40}, ValueError, "keep_last"),
+    ("prune", (["t"],), {"strategy": None}, TypeError, "strategy must be a str"),
+    ("prune", (["t"],), {"before": "2020-01-01"}, TypeError, "before must be"),
+    ("prune", (["t"],), {"before": 0}, TypeError, "before must be"),
+    ("prune", ("t",), {}, TypeError, "thread_ids must be a sequence"),
+    ("prune", (["t", None],), {}, TypeError, r"thread_ids\[1\] must be a str"),
+    ("prune", ([b"t"],), {}, TypeError, r"thread_ids\[0\]"),
+    ("prune", (7,), {}, TypeError, "thread_ids must be a sequence"),
+    ("delete_for_runs", ("r1",), {}, TypeError, "run_ids must be a sequence"),
+    ("delete_for_runs", ([None],), {}, TypeError, r"run_ids\[0\] must be a str"),
+    ("delete_for_runs", (None,), {}, TypeError, "run_ids"),
+    ("copy_thread", (None, "t2"), {}, TypeError, "source_thread_id must be a str"),
+    ("copy_thread", ("t", 2.5), {}, TypeError, "target_thread_id must be a str"),
+    ("delete_thread", (None,), {}, TypeError, "thread_id must be a str"),
+    ("delete_thread", (["t"],), {}, TypeError, "thread_id must be a str"),
+]
+
+
+async def call(u: Any, name: str, *args: Any, **kw: Any) -> Any:
+    return await u._call(name, *args, **kw)
+
+
+async def test_refused_options_run_no_statement(dsn: str, saver_factory: SaverFactory) -> None:
+    async with open_saver(saver_factory, dsn) as u:
+        chain = await put_chain(u, "t", 5)
+        await u.put_writes(chain[-2], [("obj", {"w": 1})], "task")
+        before = table_snapshot(dsn)
+        for name, args, kw, error, match in REFUSED:
+            with pytest.raises(error, match=match):
+                await call(u, name, *args, **kw)
+            assert table_snapshot(dsn) == before, (name, args, kw)
+        c = chain[-1]
+        for channels, match in ((["obj", 1], r"channels\[1\] must be a str"),
+                                ("obj", "channels must be a sequence"), (None, "channels")):
+            with pytest.raises(TypeError, match=match):
+                await u.history(c, channels)  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match=match):
+                await u.keepset(c, channels)  # type: ignore[arg-type]
+        for kw, match in (
+            ({"limit": "5"}, "limit must be an int or None"),
+            ({"limit": True}, "limit"),
+            ({"limit": 2.5}, "limit"),
+            ({"filter": "source"}, "filter must be a dict"),
+            ({"filter": [("source", "loop")]}, "filter"),
+            ({"before": "cp-id"}, "before must be a dict"),
+        ):
+            with pytest.raises(TypeError, match=match):
+                await u.list(cfg("t"), **kw)
+        with pytest.raises(TypeError, match="config must be a dict"):
+            await u.list("t")
+        with pytest.raises(TypeError, match="task_id must be a str"):
+            await u.put_writes(c, [("obj", 1)], None)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="writes must be a sequence"):
+            await u.put_writes(c, "obj", "task")  # type: ignore[arg-type]
+        assert table_snapshot(dsn) == before
+        # valid input behaves as before: a real dry run deletes nothing, the real prune
+        # does; a limit beyond int8 is no limit; a UUID id is its text
+        dry = await u.prune(["t"], dry_run=True)
+        assert dry.checkpoints == 4
+        assert table_snapshot(dsn) == before
+        assert len(await u.list(cfg("t"), limit=10**30)) == 5
+        assert (await u.prune(["t"], dry_run=False)).checkpoints == 4
+        assert len(await u.list(cfg("t"))) == 1
+        tid = uuid.uuid4()
+        await put_chain(u, str(tid), 2)
+        assert (await u.prune([tid], strategy="delete")).checkpoints == 2
+        await put_chain(u, str(tid), 1)
+        await u.delete_thread(tid)  # type: ignore[arg-type]
+        assert await u.list(cfg(str(tid))) == []
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+async def test_dry_run_no_and_none_delete_nothing(dsn: str, is_async: bool) -> None:
+    """The issue's case as a user meets it: ``prune(dry_run="no")`` and
+    ``prune(dry_run=None)`` raise TypeError and every checkpoint is still there."""
+    factory = SaverFactory("async-conn" if is_async else "sync-conn")
+    async with open_saver(factory, dsn) as u:
+        for t in ("a", "b"):
+            await put_chain(u, t, 6)
+        before = table_snapshot(dsn)
+        for bad in ("no", None, "false", 1):
+            with pytest.raises(TypeError, match="dry_run"):
+                await u.prune(["a", "b"], dry_run=bad)
+            with pytest.raises(TypeError, match="dry_run"):
+                await u.prune(["a", "b"], strategy="delete", dry_run=bad)
+        assert table_snapshot(dsn) == before
+        assert len(await u.list(cfg("a"))) == 6 and len(await u.list(cfg("b"))) == 6
+
+
+async def test_constructor_options_are_checked_before_connecting(dsn: str) -> None:
+    nowhere = "postgresql://nobody@127.0.0.1:1/nowhere?connect_timeout=3"
+    for kw, error, match in (
+        ({"cache_bytes": "10"}, TypeError, "cache_bytes must be an int"),
+        ({"cache_bytes": -1}, ValueError, "cache_bytes"),
+        ({"pipeline": "yes"}, TypeError, "pipeline must be True or False"),
+        ({"pool_size": 0}, ValueError, "pool_size"),
+        ({"pool_size": "4"}, TypeError, "pool_size"),
+        ({"prepare_threshold": "5"}, TypeError, "prepare_threshold"),
+    ):
+        with pytest.raises(error, match=match):
+            with DeltaPostgresSaver.from_conn_string(nowhere, **kw):
+                pass
+        with pytest.raises(error, match=match):
+            async with AsyncDeltaPostgresSaver.from_conn_string(nowhere, **kw):
+                pass
+    with pytest.raises(TypeError, match="conn_string must be a str"):
+        with DeltaPostgresSaver.from_conn_string(None):  # type: ignore[arg-type]
+            pass
+    with psycopg.connect(dsn) as conn:
+        with pytest.raises(TypeError, match="cache_bytes"):
+            DeltaPostgresSaver(conn, cache_bytes=1.5)  # type: ignore[arg-type]
+        assert DeltaPostgresSaver(conn, cache_bytes=0).history_cache is None
