@@ -1,0 +1,162 @@
+"""Two versions of this package side by side on the benchmark's loads, in one run.
+
+    python scripts/ab_versions.py --base PATH [--new PATH] [--scale quick|full] [--rounds 15]
+
+``--base`` / ``--new``: checkouts of the package (e.g. ``git worktree add /tmp/base REF``;
+``--new`` defaults to this checkout). The threads of the benchmark's loads section
+(langgraph_delta_postgres/_bench/loads.py: written by the official saver, adopted by the
+new checkout's migrations) are loaded by one worker process per checkout, each importing
+its own package; the coordinator asks them in turn (A B, then B A, round by round) for the
+same timed call and prints, per case, the median of the pair-by-pair ratios new/base
+(above 1: the new version is slower). Cases: the resume loop (saver calls, and get_state
+through the graph) and a history page, each cold (a new saver per call), warm (one saver
+kept) and with ``cache_bytes=0``. Without ``--dsn``, an embedded Postgres.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+CASES = ("resume_loop", "resume_loop_graph", "history_page")
+MODES = ("cold", "warm", "nocache")
+
+
+def worker(dsn: str, scale: str) -> None:
+    from langgraph_delta_postgres import DeltaPostgresSaver
+    from langgraph_delta_postgres._bench import loads
+    from langgraph_delta_postgres._bench.common import connect_ours
+
+    conn = connect_ours(dsn)
+    specs = {t.key: t for t in loads.threads_for(scale)}
+    tails = {k: loads._chain_tail(conn, k, loads.RESUME_LOOP) for k in specs}
+    warm = DeltaPostgresSaver(conn)
+    makers = {
+        "cold": lambda: DeltaPostgresSaver(conn),
+        "warm": lambda: warm,
+        "nocache": lambda: DeltaPostgresSaver(conn, cache_bytes=0),
+    }
+    fns = {
+        "resume_loop": loads._saver_loop,
+        "resume_loop_graph": loads._loop,
+        "history_page": loads._page,
+    }
+    print(json.dumps({"ready": str(Path(loads.__file__).resolve())}), flush=True)
+    for line in sys.stdin:
+        req = json.loads(line)
+        t = specs[req["thread"]]
+        prep, call = fns[req["case"]](t, tails[t.key], makers[req["mode"]])
+        arg = prep()
+        gc.collect()
+        t0 = time.perf_counter()
+        call(arg)
+        print(json.dumps({"t": time.perf_counter() - t0}), flush=True)
+
+
+class Worker:
+    def __init__(self, checkout: str, dsn: str, scale: str) -> None:
+        env = {**os.environ, "PYTHONPATH": checkout}
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--worker", "--dsn", dsn, "--scale", scale],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+        )
+        ready = json.loads(self._read())
+        assert ready["ready"].startswith(str(Path(checkout).resolve())), (checkout, ready)
+
+    def _read(self) -> str:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("worker died")
+        return line
+
+    def time(self, **req: str) -> float:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        return float(json.loads(self._read())["t"])
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def build(dsn: str, scale: str) -> None:
+    import psycopg
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    from langgraph_delta_postgres._bench import loads
+    from langgraph_delta_postgres._bench.common import connect_official
+    from langgraph_delta_postgres._workloads import build_graph, run_turns
+    from langgraph_delta_postgres.migrate import migrate
+
+    with connect_official(dsn) as off_conn:
+        writer = PostgresSaver(off_conn)
+        writer.setup()
+        for t in loads.threads_for(scale):
+            print(f"writing {t.key} with the official saver", file=sys.stderr)
+            g = build_graph(t.workload, writer, snapshot_frequency=t.freq)
+            run_turns(g, t.workload, t.key, t.turns)
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        migrate(admin)
+        admin.execute("ANALYZE")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--base")
+    ap.add_argument("--new", default=str(Path(__file__).resolve().parent.parent))
+    ap.add_argument("--dsn")
+    ap.add_argument("--scale", default="quick", choices=("quick", "full", "tiny"))
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--worker", action="store_true")
+    args = ap.parse_args()
+    if args.worker:
+        worker(args.dsn, args.scale)
+        return
+    if not args.base:
+        ap.error("--base is required")
+    from langgraph_delta_postgres._bench import loads
+    from langgraph_delta_postgres._embedded import embedded_postgres
+
+    with contextlib.ExitStack() as stack:
+        dsn = args.dsn or stack.enter_context(embedded_postgres())
+        build(dsn, args.scale)
+        a, b = Worker(args.base, dsn, args.scale), Worker(args.new, dsn, args.scale)
+        try:
+            print(f"new/base, median of {args.rounds} pair-by-pair ratios "
+                  f"(above 1: new slower); medians in ms")
+            for t in loads.threads_for(args.scale):
+                for case in CASES:
+                    for mode in MODES:
+                        req = {"thread": t.key, "case": case, "mode": mode}
+                        a.time(**req), b.time(**req)  # warm-up (plans, caches)
+                        ta: list[float] = []
+                        tb: list[float] = []
+                        for r in range(args.rounds):
+                            first, second = (a, b) if r % 2 == 0 else (b, a)
+                            x, y = first.time(**req), second.time(**req)
+                            ta.append(x if first is a else y)
+                            tb.append(y if first is a else x)
+                        ratios = [q / p for p, q in zip(ta, tb, strict=True)]
+                        print(f"{t.key:22s} {case:18s} {mode:8s} "
+                              f"{statistics.median(ratios):.3f}x  "
+                              f"(base {statistics.median(ta) * 1e3:.1f}, "
+                              f"new {statistics.median(tb) * 1e3:.1f})", flush=True)
+        finally:
+            a.close()
+            b.close()
+
+
+if __name__ == "__main__":
+    main()
