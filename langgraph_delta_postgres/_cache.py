@@ -35,12 +35,12 @@ inside, so a chain is whole or gone.
 budget. A call whose rows would make its bucket larger (estimated from the blobs'
 lengths, before anything is pickled) keeps nothing and marks the thread *outsized*: its
 next plans ask the statement what a saver without a cache asks (no 'c' rows, nothing
-held) and the saver answers the rows as one without a cache does, so such a thread
-costs what it costs with ``cache_bytes=0``. Keeping it anyway cost about 3x that (every
-call pickled the whole chain, then dropped it, along with every other bucket, to get
-back under the budget). The mark goes when an answer's rows would fit again (a snapshot
-shortened the chain), when this saver forgets the thread, or when it is the oldest of
-``MAX_OUTSIZED`` marks.
+held) and the saver answers the rows as one without a cache does, so such a thread costs
+what it costs with ``cache_bytes=0``. Keeping it anyway cost 2.3x that (every call
+pickled the whole chain, then dropped it, along with every other bucket, to get back
+under the budget; ``scripts/small_cache_budget.py``, figures in docs/cache.md). The mark
+goes when an answer's rows would fit again (a snapshot shortened the chain), when this
+saver forgets the thread, or when it is the oldest of ``MAX_OUTSIZED`` marks.
 """
 
 from __future__ import annotations
