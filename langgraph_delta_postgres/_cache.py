@@ -31,8 +31,19 @@ serde decode, ``copy.deepcopy``, a shallow copy as ``DeltaChannel.copy()`` makes
 shares the message objects and so does not isolate), see ``docs/cache.md``.
 
 **Memory.** ``cache_bytes`` bounds the bytes of the pickles plus a fixed per-entry
-overhead; buckets are evicted least recently used first, and a bucket larger than the
-whole budget is not kept. Buckets are never trimmed inside, so a chain is whole or gone.
+overhead; buckets are evicted least recently used first. Buckets are never trimmed
+inside, so a chain is whole or gone.
+
+**Buckets too big for the budget.** A bucket may hold at most ``MAX_SHARE`` of the
+budget. A call whose rows would make its bucket larger (estimated from the blobs'
+lengths, before anything is pickled) keeps nothing and marks the thread *outsized*: its
+next plans ask the statement what a saver without a cache asks (no 'c' rows, nothing
+held) and the saver answers the rows as one without a cache does, so such a thread costs
+what it costs with ``cache_bytes=0``. Keeping it anyway cost 2.3x that (every call
+pickled the whole chain, then dropped it, along with every other bucket, to get back
+under the budget; ``scripts/small_cache_budget.py``, figures in docs/cache.md). The mark
+goes when an answer's rows would fit again (a snapshot shortened the chain), when this
+saver forgets the thread, or when it is the oldest of ``MAX_OUTSIZED`` marks.
 """
 
 from __future__ import annotations
@@ -56,6 +67,10 @@ ENTRY_OVERHEAD = 120
 BUCKET_OVERHEAD = 1024
 #: How many recent chain tops a bucket offers the statement as held candidates.
 MAX_TOPS = 4
+#: The largest share of the budget one bucket may take (see "Buckets too big").
+MAX_SHARE = 0.5
+#: How many outsized (thread, namespace) marks are remembered, least recent dropped.
+MAX_OUTSIZED = 1024
 SEP = "\x1f"
 
 Row = tuple[Any, ...]
@@ -136,7 +151,17 @@ class Plan:
         }
 
 
+#: What a saver without a cache tells the statement (and a cache, for an outsized thread).
 NO_PLAN = Plan(None, ("", ""), [], [], [], {})
+
+
+def estimate(rows: Sequence[Row], checkpoints: int) -> int:
+    """What keeping these history rows would add to a bucket, before anything is
+    pickled: the blobs' lengths stand in for the pickles' (measured on the benchmark's
+    threads, the pickles plus overheads came to 1.1x to 2.4x the blobs: the estimate is
+    low rather than high, and the exact count in ``_keep`` has the last word)."""
+    blob = sum(len(r[4]) for r in rows if r[4] is not None)
+    return BUCKET_OVERHEAD + blob + checkpoints * NODE_OVERHEAD
 
 
 class HistoryCache:
@@ -146,7 +171,11 @@ class HistoryCache:
         if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
             raise ValueError("cache_bytes must be a non-negative int (0 turns the cache off)")
         self.max_bytes = max_bytes
+        #: the most one bucket may hold (see "Buckets too big for the budget")
+        self.max_bucket = int(max_bytes * MAX_SHARE)
         self._buckets: OrderedDict[tuple[str, str], _Bucket] = OrderedDict()
+        #: (thread, ns) -> the estimated bytes of the bucket that did not fit
+        self._outsized: OrderedDict[tuple[str, str], int] = OrderedDict()
         self._lock = threading.Lock()
         self.nbytes = 0
         #: channel answers that reused a held chain, and seeds served from the cache
@@ -161,6 +190,8 @@ class HistoryCache:
         with self._lock:
             for key in [k for k in self._buckets if k[0] in drop]:
                 self.nbytes -= self._buckets.pop(key).nbytes
+            for key in [k for k in self._outsized if k[0] in drop]:
+                del self._outsized[key]
 
     def touched(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
         """This saver wrote to a checkpoint (put again, or writes added): when a walk
@@ -175,7 +206,13 @@ class HistoryCache:
     def clear(self) -> None:
         with self._lock:
             self._buckets.clear()
+            self._outsized.clear()
             self.nbytes = 0
+
+    def outsized(self, thread_id: str, ns: str) -> bool:
+        """Whether this thread's history is answered without the cache (too big)."""
+        with self._lock:
+            return (thread_id, ns) in self._outsized
 
     def __len__(self) -> int:
         return len(self._buckets)
@@ -189,6 +226,9 @@ class HistoryCache:
         statement), so offer what the bucket holds for any channel."""
         key = (thread_id, ns)
         with self._lock:
+            if key in self._outsized:
+                self._outsized.move_to_end(key)
+                return Plan(None, key, [], [], [], {})  # answered as without a cache
             bucket = self._buckets.get(key)
             if bucket is None:
                 bucket = _Bucket()  # registered by _keep once it holds something
@@ -263,12 +303,38 @@ class HistoryCache:
             with self._lock:
                 older = {ch: self._chain(bucket, ch, cid) for ch, cid in held_at.items()}
             self._hand_out(channels, result, older, seed_at, new_writes)
+        size = estimate(rows, len(visited))
+        if bucket.nbytes + size > self.max_bucket:
+            self._mark_outsized(plan, bucket.nbytes + size)
+            return result
         try:
             self._keep(plan, channels, visited, new_writes, held_at, seed_at)
         except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
             # A value that cannot be pickled is answered, not cached.
             self.forget([plan.key[0]])
         return result
+
+    def answered_without(self, plan: Plan, rows: Sequence[Row]) -> None:
+        """An outsized thread's answer was built from these rows without the cache: when
+        they would fit a bucket now (a snapshot shortened the chain), the next call goes
+        through the cache again."""
+        if plan.bucket is not None or plan.key not in self._outsized:  # (a racy read: a hint)
+            return
+        size = estimate(rows, len({r[6] for r in rows if r[0] == "w"}))
+        if size <= self.max_bucket:
+            with self._lock:
+                self._outsized.pop(plan.key, None)
+
+    def _mark_outsized(self, plan: Plan, size: int) -> None:
+        """Keep nothing of this thread, and answer its next calls without the cache."""
+        with self._lock:
+            bucket = self._buckets.get(plan.key)
+            if bucket is not None and bucket is plan.bucket:
+                self.nbytes -= self._buckets.pop(plan.key).nbytes
+            self._outsized[plan.key] = size
+            self._outsized.move_to_end(plan.key)
+            while len(self._outsized) > MAX_OUTSIZED:
+                self._outsized.popitem(last=False)
 
     @staticmethod
     def _hand_out(
@@ -342,6 +408,12 @@ class HistoryCache:
             below = parent_of[ids[0]]
             data = dumps([by_id.get(cid, []) for cid in ids], protocol=5)
             segments[ch] = (ids, _Segment(data, seed, None if seed is not None else below))
+        exact = NODE_OVERHEAD * len(visited) + sum(
+            len(seg.data) + len(seg.seed or b"") for _, seg in segments.values()
+        )
+        if plan.bucket is not None and plan.bucket.nbytes + exact > self.max_bucket:
+            self._mark_outsized(plan, plan.bucket.nbytes + exact)  # the estimate was low
+            return
         added = 0
         with self._lock:
             bucket = plan.bucket

@@ -556,12 +556,17 @@ class SaverCore(BaseCheckpointSaver[str]):
         self, plan: Plan, channels: list[str], rows: list[tuple[Any, ...]]
     ) -> dict[str, DeltaChannelHistory]:
         """The answer built from the history statement's rows: through the cache (which
-        keeps what they hold) when there is one."""
-        if self.history_cache is not None:
-            return self.history_cache.answer(
+        keeps what they hold) when there is one and the thread fits it (a plan without a
+        bucket asked the statement what a saver without a cache asks)."""
+        cache = self.history_cache
+        if cache is not None and plan.bucket is not None:
+            return cache.answer(
                 plan, channels, rows, self.serde.loads_typed, self._raise_history_error
             )
-        return self._rows_to_history(channels, rows)
+        result = self._rows_to_history(channels, rows)
+        if cache is not None:
+            cache.answered_without(plan, rows)
+        return result
 
     def _raise_history_error(self, row: tuple[Any, ...]) -> None:
         kind, checkpoint_id, why = row[0], row[6], row[7]

@@ -211,7 +211,7 @@ def test_budget_is_never_exceeded(dsn: str) -> None:
 def test_memory_of_a_1000_turn_run_stays_within_budget(dsn: str) -> None:
     """The real memory the cache holds (tracemalloc) is within its budget plus 10%,
     over a resume loop along a 3,000-checkpoint (1,000-turn) thread."""
-    budget = 4 << 20
+    budget = 10 << 20  # the thread's bucket (~4 MB) within MAX_SHARE of it
     with psycopg.connect(dsn, autocommit=True) as conn:
         writer = DeltaPostgresSaver(conn, cache_bytes=0)
         chain = write_chain(writer, "big", 3000, CHANNELS)
@@ -237,6 +237,64 @@ def test_memory_of_a_1000_turn_run_stays_within_budget(dsn: str) -> None:
         assert with_cache - without <= 1.1 * budget
         # and the cache's own count is an honest estimate of what it holds
         assert with_cache - without <= 1.1 * peak_held
+
+
+def test_thread_too_big_for_the_budget_is_answered_without_the_cache(dsn: str) -> None:
+    """A thread whose history would take more than MAX_SHARE of the budget keeps nothing,
+    leaves the other buckets alone, and is then asked of the statement as a saver without
+    a cache asks it (no 'c' rows, nothing held), through that saver's answer path."""
+    budget = 64 << 10
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        writer = DeltaPostgresSaver(conn, cache_bytes=0)
+        huge = write_chain(writer, "huge", 300, CHANNELS)  # ~250 KB of pickles
+        write_chain(writer, "small", 4, CHANNELS)
+        saver = DeltaPostgresSaver(conn, cache_bytes=budget)
+        cache = saver.history_cache
+        assert cache is not None
+
+        def check(thread_id: str, checkpoint_id: str | None = None) -> None:
+            cfg = _cfg(thread_id, checkpoint_id)
+            got = saver.get_delta_channel_history(config=cfg, channels=CHANNELS)
+            want = writer.get_delta_channel_history(config=cfg, channels=CHANNELS)
+            assert canon_history(got) == canon_history(want)
+
+        check("small")
+        assert len(cache) == 1 and not cache.outsized("small", "")
+        check("huge")  # the first call finds out: nothing kept, the small bucket stays
+        assert cache.outsized("huge", "") and len(cache) == 1 and cache.nbytes <= budget
+        assert ("huge", "") not in cache._buckets
+        plan = cache.plan("huge", "", None, CHANNELS)
+        assert plan.bucket is None
+        assert plan.params() == {
+            "held_ids": [], "held_tokens": [], "seed_tokens": [], "nodes": False,
+        }
+
+        def no_cache_answer(*args: Any) -> Any:
+            raise AssertionError("an outsized thread went through the cache")
+
+        real_answer = cache.answer
+        cache.answer = no_cache_answer  # type: ignore[method-assign]
+        try:
+            for cid in (None, *huge.ids[-3:]):
+                check("huge", cid)
+            # get_tuple's prefetch asks the same statement without the cache too
+            latest = saver.get_tuple(_cfg("huge"))
+            assert latest is not None
+            got = saver.get_delta_channel_history(config=latest.config, channels=CHANNELS)
+            want = writer.get_delta_channel_history(config=latest.config, channels=CHANNELS)
+            assert canon_history(got) == canon_history(want)
+        finally:
+            cache.answer = real_answer  # type: ignore[method-assign]
+        assert ("huge", "") not in cache._buckets and len(cache) == 1
+        # a history that fits again (a short chain) takes the thread back into the cache
+        check("huge", huge.ids[3])
+        assert not cache.outsized("huge", "")
+        check("huge", huge.ids[3])
+        assert ("huge", "") in cache._buckets and cache.nbytes <= budget
+        check("huge")  # and out again
+        assert cache.outsized("huge", "") and ("huge", "") not in cache._buckets
+        saver.delete_thread("huge")  # forgetting a thread drops its mark
+        assert not cache.outsized("huge", "")
 
 
 def test_statement_sends_no_blob_the_client_holds(dsn: str) -> None:
