@@ -27,7 +27,7 @@ from langgraph_delta_postgres._core import DEFAULT_PREPARE_THRESHOLD, connect_kw
 from tests.integration._explain import Recorded, Recorder, explain, scanned, subplans_removed
 
 SCHEMA = "part"
-TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes", "checkpoint_epochs")
 MODULUS = 4
 
 
