@@ -168,10 +168,11 @@
 -- name: walk
 -- The target and the walk (both statements below start with this block). The channels
 -- are %(channels)s, or, when it is NULL (get_tuple's prefetch, see `tuple_history`), the
--- target's DeltaChannels that LangGraph will replay: those its
--- counters_since_delta_snapshot names (the DeltaChannels not snapshotted at the target)
--- with a version and no stored value (no key in channel_values: an inline value, a
--- snapshot marker or a null all count as stored, as LangGraph reads them).
+-- target's DeltaChannels that LangGraph will replay (langgraph.pregel._checkpoint.
+-- _delta_channels_to_replay): those its counters_since_delta_snapshot names with a
+-- version and no value in what get_tuple returns: no key in channel_values (an inline
+-- value, a snapshot marker or a null all count, as LangGraph reads them) and no
+-- non-"empty" blob at that version (what checkpoints.tuples_of returns as the value).
 WITH RECURSIVE
 target AS (
     SELECT t.checkpoint_id, t.parent_checkpoint_id,
@@ -184,6 +185,17 @@ target AS (
                END) AS k(ch)
                WHERE t.checkpoint -> 'channel_versions' ? k.ch
                  AND NOT coalesce(t.checkpoint -> 'channel_values' ? k.ch, FALSE)
+                 -- nor a value get_tuple returns from a blob at that version (a snapshot
+                 -- stored earlier and carried over): LangGraph never asks its history,
+                 -- and prefetching it would send and decode the seed a second time
+                 AND NOT EXISTS (
+                     SELECT 1 FROM {s}checkpoint_blobs AS b
+                     WHERE b.thread_id = %(thread_id)s
+                       AND b.checkpoint_ns = %(checkpoint_ns)s
+                       AND b.channel = k.ch
+                       AND b.version = t.checkpoint -> 'channel_versions' ->> k.ch
+                       AND b.type <> 'empty'
+                 )
                ORDER BY 1
            )) AS channels
     FROM (
