@@ -43,7 +43,23 @@ what it costs with ``cache_bytes=0``. Keeping it anyway cost 2.3x that (every ca
 pickled the whole chain, then dropped it, along with every other bucket, to get back
 under the budget; ``scripts/small_cache_budget.py``, figures in docs/cache.md). The mark
 goes when an answer's rows would fit again (a snapshot shortened the chain), when this
-saver forgets the thread, or when it is the oldest of ``MAX_OUTSIZED`` marks.
+saver forgets the thread, or when it is the oldest of ``MAX_KNOWN`` remembered sizes.
+
+**Admission.** Least-recently-used eviction alone thrashes when a worker loads, in turn,
+more threads than the budget holds: each load evicts the bucket the next load needs and
+pays for the 'c' rows and the pickling of a bucket that is gone before it is used again
+(six ~4 MB threads with ``cache_bytes`` = 10 MiB: 2.37x the time of ``cache_bytes=0``).
+So a thread without a bucket is only given one when that costs no other bucket, or when
+it is asked for more often than every bucket it would evict (TinyLFU's rule, Einziger
+et al. 2017, with an exact counter per (thread, namespace) instead of a sketch: one
+per thread recently asked is small next to a bucket). The size it would take is what a
+plan needs to know which buckets those are: a thread never seen is admitted only while
+the cache has room for the largest bucket (``max_bucket``) without evicting anything;
+otherwise it is answered as without a cache (no 'c' rows, nothing pickled) and the
+rows' estimated size is remembered for its next call. Counts are halved every
+``AGE_EVERY`` calls per bucket held (at least ``AGE_MIN``), so a thread that was hot
+once does not hold its place forever. The exact pickled size is checked against the
+same rule before a new bucket is kept. Figures: docs/cache.md, "Small budgets".
 """
 
 from __future__ import annotations
@@ -69,8 +85,13 @@ BUCKET_OVERHEAD = 1024
 MAX_TOPS = 4
 #: The largest share of the budget one bucket may take (see "Buckets too big").
 MAX_SHARE = 0.5
-#: How many outsized (thread, namespace) marks are remembered, least recent dropped.
-MAX_OUTSIZED = 1024
+#: How many (thread, namespace) sizes (of threads without a bucket) are remembered,
+#: least recent dropped.
+MAX_KNOWN = 1024
+#: Frequency counts are halved after ``AGE_EVERY`` calls per bucket held, and at least
+#: ``AGE_MIN`` calls (TinyLFU resets its sketch after 10 samples per cached entry).
+AGE_EVERY = 10
+AGE_MIN = 256
 SEP = "\x1f"
 
 Row = tuple[Any, ...]
@@ -174,13 +195,20 @@ class HistoryCache:
         #: the most one bucket may hold (see "Buckets too big for the budget")
         self.max_bucket = int(max_bytes * MAX_SHARE)
         self._buckets: OrderedDict[tuple[str, str], _Bucket] = OrderedDict()
-        #: (thread, ns) -> the estimated bytes of the bucket that did not fit
-        self._outsized: OrderedDict[tuple[str, str], int] = OrderedDict()
+        #: (thread, ns) without a bucket -> the bytes its bucket would take (estimated
+        #: from a cache-off answer's rows, or what it held when evicted); more than
+        #: max_bucket: the thread is *outsized*
+        self._sizes: OrderedDict[tuple[str, str], int] = OrderedDict()
+        #: (thread, ns) -> calls lately (halved every so often, see "Admission")
+        self._freq: dict[tuple[str, str], int] = {}
+        self._calls = 0
         self._lock = threading.Lock()
         self.nbytes = 0
         #: channel answers that reused a held chain, and seeds served from the cache
         self.chain_hits = 0
         self.seed_hits = 0
+        #: calls answered without the cache because admission refused the thread a bucket
+        self.refused = 0
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -190,8 +218,8 @@ class HistoryCache:
         with self._lock:
             for key in [k for k in self._buckets if k[0] in drop]:
                 self.nbytes -= self._buckets.pop(key).nbytes
-            for key in [k for k in self._outsized if k[0] in drop]:
-                del self._outsized[key]
+            for key in [k for k in self._sizes if k[0] in drop]:
+                del self._sizes[key]
 
     def touched(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
         """This saver wrote to a checkpoint (put again, or writes added): when a walk
@@ -201,18 +229,19 @@ class HistoryCache:
         with self._lock:
             bucket = self._buckets.get((thread_id, ns))
             if bucket is not None and checkpoint_id in bucket.nodes:
-                self.nbytes -= self._buckets.pop((thread_id, ns)).nbytes
+                self._drop((thread_id, ns))
 
     def clear(self) -> None:
         with self._lock:
             self._buckets.clear()
-            self._outsized.clear()
+            self._sizes.clear()
+            self._freq.clear()
             self.nbytes = 0
 
     def outsized(self, thread_id: str, ns: str) -> bool:
         """Whether this thread's history is answered without the cache (too big)."""
         with self._lock:
-            return (thread_id, ns) in self._outsized
+            return self._sizes.get((thread_id, ns), 0) > self.max_bucket
 
     def __len__(self) -> int:
         return len(self._buckets)
@@ -226,11 +255,17 @@ class HistoryCache:
         statement), so offer what the bucket holds for any channel."""
         key = (thread_id, ns)
         with self._lock:
-            if key in self._outsized:
-                self._outsized.move_to_end(key)
-                return Plan(None, key, [], [], [], {})  # answered as without a cache
+            self._count(key)
             bucket = self._buckets.get(key)
             if bucket is None:
+                size = self._sizes.get(key)
+                if size is not None:
+                    self._sizes.move_to_end(key)
+                    if size > self.max_bucket:
+                        return Plan(None, key, [], [], [], {})  # outsized: as without a cache
+                if not self._admit(key, size):
+                    self.refused += 1
+                    return Plan(None, key, [], [], [], {})  # as without a cache
                 bucket = _Bucket()  # registered by _keep once it holds something
             else:
                 self._buckets.move_to_end(key)
@@ -315,15 +350,16 @@ class HistoryCache:
         return result
 
     def answered_without(self, plan: Plan, rows: Sequence[Row]) -> None:
-        """An outsized thread's answer was built from these rows without the cache: when
-        they would fit a bucket now (a snapshot shortened the chain), the next call goes
-        through the cache again."""
-        if plan.bucket is not None or plan.key not in self._outsized:  # (a racy read: a hint)
+        """A thread's answer was built from these rows without the cache (it is outsized,
+        or admission refused it a bucket): remember the size its bucket would take, for
+        its next plan (an outsized thread whose rows fit now, because a snapshot shortened
+        the chain, goes through the cache again when admitted)."""
+        if plan.bucket is not None:
             return
         size = estimate(rows, len({r[6] for r in rows if r[0] == "w"}))
-        if size <= self.max_bucket:
-            with self._lock:
-                self._outsized.pop(plan.key, None)
+        with self._lock:
+            if plan.key not in self._buckets:
+                self._remember(plan.key, size)
 
     def _mark_outsized(self, plan: Plan, size: int) -> None:
         """Keep nothing of this thread, and answer its next calls without the cache."""
@@ -331,10 +367,49 @@ class HistoryCache:
             bucket = self._buckets.get(plan.key)
             if bucket is not None and bucket is plan.bucket:
                 self.nbytes -= self._buckets.pop(plan.key).nbytes
-            self._outsized[plan.key] = size
-            self._outsized.move_to_end(plan.key)
-            while len(self._outsized) > MAX_OUTSIZED:
-                self._outsized.popitem(last=False)
+            self._remember(plan.key, size)
+
+    # ------------------------------------------------------------------ admission
+    # (all called with the lock held)
+
+    def _count(self, key: tuple[str, str]) -> None:
+        """One more call on this thread; every so often all counts are halved."""
+        self._freq[key] = self._freq.get(key, 0) + 1
+        self._calls += 1
+        if self._calls >= max(AGE_MIN, AGE_EVERY * len(self._buckets)):
+            self._calls = 0
+            self._freq = {k: n // 2 for k, n in self._freq.items() if n > 1}
+
+    def _admit(self, key: tuple[str, str], size: int | None) -> bool:
+        """Whether a thread without a bucket gets one of ``size`` bytes (None: not known):
+        yes when nothing need be evicted for it, or when it was asked for more often
+        lately than every bucket that would be evicted for it (least recent first)."""
+        if size is None:  # never seen: only while there is room for the largest bucket
+            return self.nbytes + self.max_bucket <= self.max_bytes
+        need = self.nbytes + size - self.max_bytes
+        if need <= 0:
+            return True
+        freq = self._freq.get(key, 0)
+        freed = 0
+        for victim, bucket in self._buckets.items():  # least recently used first
+            if victim == key or self._freq.get(victim, 0) >= freq:
+                return False
+            freed += bucket.nbytes
+            if freed >= need:
+                return True
+        return True
+
+    def _remember(self, key: tuple[str, str], size: int) -> None:
+        self._sizes[key] = size
+        self._sizes.move_to_end(key)
+        while len(self._sizes) > MAX_KNOWN:
+            self._sizes.popitem(last=False)
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        """Evict one bucket, remembering its size for the thread's next plan."""
+        bucket = self._buckets.pop(key)
+        self.nbytes -= bucket.nbytes
+        self._remember(key, bucket.nbytes)
 
     @staticmethod
     def _hand_out(
@@ -420,7 +495,13 @@ class HistoryCache:
             assert bucket is not None
             current = self._buckets.get(plan.key)
             if current is None and not bucket.nodes:
-                self._buckets[plan.key] = bucket  # a new bucket
+                # a new bucket: the exact size has the last word on admission
+                total = BUCKET_OVERHEAD + exact
+                if not self._admit(plan.key, total):
+                    self._remember(plan.key, total)
+                    return
+                self._sizes.pop(plan.key, None)
+                self._buckets[plan.key] = bucket
                 added += BUCKET_OVERHEAD
             elif current is not bucket:
                 return  # forgotten (or replaced) while the statement ran
@@ -471,5 +552,4 @@ class HistoryCache:
 
     def _evict(self) -> None:
         while self.nbytes > self.max_bytes and self._buckets:
-            _, bucket = self._buckets.popitem(last=False)
-            self.nbytes -= bucket.nbytes
+            self._drop(next(iter(self._buckets)))

@@ -2,6 +2,7 @@
 
     python scripts/small_cache_budget.py [--dsn DSN] [--threads 6] [--depth 3000]
         [--rounds 15] [--budget 1048576] [--load latest|loop] [--share 0.5]
+        [--admit tinylfu|doorkeeper|always]
 
 Writes one DeltaChannel thread of ``--depth`` checkpoints (``_bench.rows.write_chain``:
 two channels, one ~200-character message each per checkpoint, no snapshot, so a walk
@@ -12,7 +13,10 @@ run or get_state asks (``get_tuple`` of the latest checkpoint, then the history 
 channels), ``--load loop`` the same at the last 10 checkpoints of each thread. Savers:
 one object each, kept across rounds, with ``cache_bytes`` = ``--budget``, 0 and the
 default (``--share`` sets ``_cache.MAX_SHARE``, the largest share of the budget one
-bucket may take, to compare admission rules); rounds are interleaved
+bucket may take, and ``--admit`` the rule for giving a thread without a bucket one:
+``tinylfu``, the saver's, see _cache.py "Admission"; ``doorkeeper``, from its second
+call on, least recently used evicted; ``always``, every thread that fits MAX_SHARE, as
+before admission existed, to compare admission rules); rounds are interleaved
 (``_bench.common.Interleaved``) and the ratio to ``cache_bytes=0`` is taken round by
 round. Without --dsn it uses the embedded Postgres.
 """
@@ -59,11 +63,19 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=1 << 20)
     ap.add_argument("--load", choices=("latest", "loop"), default="latest")
     ap.add_argument("--share", type=float)
+    ap.add_argument("--admit", choices=("tinylfu", "doorkeeper", "always"), default="tinylfu")
     args = ap.parse_args()
-    if args.share is not None:
-        from langgraph_delta_postgres import _cache
+    from langgraph_delta_postgres import _cache
 
+    if args.share is not None:
         _cache.MAX_SHARE = args.share
+    if args.admit != "tinylfu":
+        doorkeeper = args.admit == "doorkeeper"
+
+        def admit(self: _cache.HistoryCache, key: tuple[str, str], size: int | None) -> bool:
+            return not doorkeeper or self._freq.get(key, 0) >= 2
+
+        _cache.HistoryCache._admit = admit  # type: ignore[method-assign]
     with contextlib.ExitStack() as stack:
         dsn = args.dsn or stack.enter_context(embedded_postgres())
         with psycopg.connect(dsn, autocommit=True) as admin:
@@ -89,7 +101,11 @@ def main() -> None:
         for k, b in budgets.items():
             st = iv.stats(k)
             cache = savers[k].history_cache
-            held = "no cache" if cache is None else f"{cache.nbytes:>10,} B, {len(cache)} buckets"
+            held = (
+                "no cache"
+                if cache is None
+                else f"{cache.nbytes:>10,} B, {len(cache)} buckets, {cache.refused} refused"
+            )
             line = f"cache_bytes={b:>10,}: median {st['median_ms']:8.1f} ms ({held})"
             if k != "off":
                 r = iv.ratio(k, "off")

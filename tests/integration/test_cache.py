@@ -15,7 +15,7 @@ from langgraph.channels.delta import DeltaChannel
 from langgraph.graph import START, StateGraph
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
-from langgraph_delta_postgres._bench.rows import write_chain
+from langgraph_delta_postgres._bench.rows import copy_threads, write_chain
 from langgraph_delta_postgres._cache import HistoryCache
 from tests.graph._util import canon, canon_history
 
@@ -295,6 +295,77 @@ def test_thread_too_big_for_the_budget_is_answered_without_the_cache(dsn: str) -
         assert cache.outsized("huge", "") and ("huge", "") not in cache._buckets
         saver.delete_thread("huge")  # forgetting a thread drops its mark
         assert not cache.outsized("huge", "")
+
+
+def test_admission_keeps_threads_loaded_in_turn_from_thrashing(dsn: str) -> None:
+    """Six threads loaded in turn, round after round, with a budget that holds two of
+    their buckets: the two admitted first stay and are answered warm; the other four are
+    refused a bucket (so asked of the statement as without a cache: no 'c' rows, nothing
+    pickled) instead of each evicting the bucket the next load needs. A thread asked for
+    more often than the bucket it would evict is then admitted. Answers equal a saver's
+    without a cache throughout."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        writer = DeltaPostgresSaver(conn, cache_bytes=0)
+        write_chain(writer, "adm0", 120, CHANNELS)
+        copy_threads(conn, "adm0", 5, "adm")
+        threads = [f"adm{i}" for i in range(6)]
+        sizer = DeltaPostgresSaver(conn)
+        sizer.get_delta_channel_history(config=_cfg("adm0"), channels=CHANNELS)
+        assert sizer.history_cache is not None
+        one = sizer.history_cache.nbytes  # one thread's bucket
+        saver = DeltaPostgresSaver(conn, cache_bytes=one * 5 // 2)
+        cache = saver.history_cache
+        assert cache is not None and one <= cache.max_bucket
+
+        nodes: dict[str, list[bool]] = {t: [] for t in threads}
+        through_cache: list[str] = []
+        real_plan, real_answer = cache.plan, cache.answer
+
+        def plan(thread_id: str, *args: Any) -> Any:
+            got = real_plan(thread_id, *args)
+            nodes[thread_id].append(got.params()["nodes"])
+            return got
+
+        def answer(plan: Any, *args: Any) -> Any:
+            through_cache.append(plan.key[0])
+            return real_answer(plan, *args)
+
+        cache.plan = plan  # type: ignore[method-assign]
+        cache.answer = answer  # type: ignore[method-assign]
+
+        def load(thread_id: str) -> None:  # what a run or get_state asks
+            tup = saver.get_tuple(_cfg(thread_id))
+            assert tup is not None
+            got = saver.get_delta_channel_history(config=tup.config, channels=CHANNELS)
+            want = writer.get_delta_channel_history(config=tup.config, channels=CHANNELS)
+            assert canon_history(got) == canon_history(want)
+
+        for t in threads:
+            load(t)
+        # room for the largest bucket: the first two admitted without evicting anything;
+        # then no room: the others answered as without a cache, their sizes remembered
+        assert list(cache._buckets) == [("adm0", ""), ("adm1", "")]
+        assert cache.refused == 4 and cache.nbytes <= cache.max_bytes
+        assert through_cache == ["adm0", "adm1"]
+        hits = cache.chain_hits
+        for _ in range(3):
+            for t in threads:
+                load(t)
+        # asked as often as the buckets they would evict: still refused, nothing evicted
+        assert sorted(cache._buckets) == [("adm0", ""), ("adm1", "")]
+        assert cache.refused == 4 * 4
+        assert all(nodes[t] == [True] * 4 for t in threads[:2])
+        assert all(nodes[t] == [False] * 4 for t in threads[2:])
+        assert through_cache == ["adm0", "adm1"] * 4
+        assert cache.chain_hits - hits == 3 * 2 * len(CHANNELS)  # warm, every round
+        # a thread asked for more often than the least recent bucket takes its place,
+        # and is answered warm from its next call on
+        load("adm5")
+        assert nodes["adm5"][-1] is True and through_cache[-1] == "adm5"
+        assert ("adm5", "") in cache._buckets and ("adm0", "") not in cache._buckets
+        hits = cache.chain_hits
+        load("adm5")
+        assert cache.chain_hits - hits == len(CHANNELS) and cache.nbytes <= cache.max_bytes
 
 
 def test_statement_sends_no_blob_the_client_holds(dsn: str) -> None:
