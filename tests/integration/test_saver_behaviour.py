@@ -558,7 +558,8 @@ async def test_schema_keeps_everything_out_of_public(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (SCHEMA,)
         )}
         assert tables == {"checkpoints", "checkpoint_blobs", "checkpoint_writes",
-                          "checkpoint_migrations", "langgraph_delta_migrations"}
+                          "checkpoint_migrations", "langgraph_delta_migrations",
+                          "checkpoint_epochs"}
         public = conn.execute(
             "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE n.nspname = 'public'"
