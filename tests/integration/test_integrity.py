@@ -459,9 +459,9 @@ def test_the_issue_repro_keeps_the_thread_working(dsn: str, state: Any) -> None:
 # interleaving, and so any reference, arbitrary); the deleters pick among those threads
 # only. Two groups:
 #   fenced   a delete takes the thread's lock, so it lands between two whole operations;
-#            the operations and deletes are logged in lock order and replayed on
-#            InMemorySaver: the final state and history must equal that reference (a
-#            write lost, replayed or left behind by a delete fails).
+#            the operations and deletes are fed in lock order to an InMemorySaver: the
+#            state after every operation, and the final state and history, must equal
+#            that reference (a write lost, replayed or left behind by a delete fails).
 #   racing   deletes race the operations (a delete lands in the middle of an invoke, as
 #            in the issue's repro): what the thread holds then is a legitimate partial
 #            state no replay reproduces, so the reference is the official saver reading
@@ -488,24 +488,49 @@ def _fenced(k: int) -> bool:
 
 
 class _RaceLog:
-    """Per thread, the acknowledged operations of the fenced group in lock order:
-    ("op", note) for invoke + update_state(note), ("delete",) for a delete."""
+    """Counts per group, and per fenced thread the reference: an InMemorySaver fed, in
+    lock order, each acknowledged operation (invoke + update_state(note)) and delete.
+    After every fenced operation ours must read the reference's state: a write lost or
+    replayed fails at once, not only if it survives to the end."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: list[str]) -> None:
         self.ops = {"fenced": 0, "racing": 0}
         self.deletes = {"fenced": 0, "racing": 0}
-        self.log: dict[str, list[tuple[str, ...]]] = {}
+        self.checked = 0
         self.count = threading.Lock()
+        self.mem = {t: InMemorySaver() for t in names}
+        self.mem_graphs = {t: _race_graphs(self.mem[t])[k % 2] for k, t in enumerate(names)}
 
     def done(self, kind: str, fenced: bool) -> None:
         with self.count:
             getattr(self, kind)["fenced" if fenced else "racing"] += 1
 
+    def op(self, thread: str, note: str, ours: Any) -> None:
+        """Under the thread's lock, after ours acknowledged the operation."""
+        g, c = self.mem_graphs[thread], {"configurable": {"thread_id": thread}}
+        g.invoke({"items": ["a"]}, c)
+        g.update_state(c, {"note": note}, as_node="agent")
+        want = canon(g.get_state(c).values)
+        assert canon(ours) == want, f"{thread}: {ours!r} != InMemorySaver {want!r}"
+        with self.count:
+            self.checked += 1
+
+    def delete(self, thread: str) -> None:
+        self.mem[thread].delete_thread(thread)
+
+    def reference(self, thread: str) -> tuple[Any, Any]:
+        g, c = self.mem_graphs[thread], {"configurable": {"thread_id": thread}}
+        return canon(g.get_state(c).values), _snapshot(g.get_state_history(c))
+
     def check_counts(self) -> str:
-        report = f"operations {self.ops}, deletes {self.deletes}"
+        report = (
+            f"operations {self.ops}, deletes {self.deletes}, "
+            f"states checked against InMemorySaver {self.checked}"
+        )
         for group in ("fenced", "racing"):
             assert self.ops[group] >= MIN_OPS, f"too few to prove anything: {report}"
             assert self.deletes[group] >= MIN_DELETES, f"too few to prove anything: {report}"
+        assert self.checked >= MIN_OPS, report
         return report
 
 
@@ -515,19 +540,6 @@ def _snapshot(states: Any) -> list[Any]:
         (canon(s.values), s.next, s.metadata.get("step"), s.metadata.get("source"))
         for s in states
     ]
-
-
-def _reference(graph_idx: int, thread: str, log: list[tuple[str, ...]]) -> tuple[Any, Any]:
-    mem = InMemorySaver()
-    g = _race_graphs(mem)[graph_idx]
-    c = {"configurable": {"thread_id": thread}}
-    for entry in log:
-        if entry[0] == "delete":
-            mem.delete_thread(thread)
-        else:
-            g.invoke({"items": ["a"]}, c)
-            g.update_state(c, {"note": entry[1]}, as_node="agent")
-    return canon(g.get_state(c).values), _snapshot(g.get_state_history(c))
 
 
 def _official(dsn: str, graph_idx: int, thread: str) -> tuple[Any, Any]:
@@ -543,7 +555,7 @@ def _check_final(
     official = _official(dsn, k % 2, thread)
     assert ours == official, f"{thread}: ours and the official saver read the rows apart"
     if _fenced(k):
-        want = _reference(k % 2, thread, log.log[thread])
+        want = log.reference(thread)
         assert ours[0] == want[0], f"{thread}: state differs from InMemorySaver"
         assert ours[1] == want[1], f"{thread}: history differs from InMemorySaver"
 
@@ -559,10 +571,9 @@ def test_delete_put_race_loop_sync(dsn: str) -> None:
     (delete_thread and prune(strategy="delete")), for a few seconds: 0 errors, and
     every thread's state and history equal to the reference of its group."""
     errors: list[BaseException] = []
-    log = _RaceLog()
     names = [_race_thread("race", k) for k in range(WRITERS)]
+    log = _RaceLog(names)
     locks = {t: threading.Lock() for t in names}
-    log.log = {t: [] for t in names}
     with DeltaPostgresSaver.from_conn_string(dsn, pool_size=8) as saver:
         graphs = _race_graphs(saver)
         stop = time.monotonic() + RACE_SECONDS
@@ -577,8 +588,9 @@ def test_delete_put_race_loop_sync(dsn: str) -> None:
                     with locks[t] if _fenced(k) else contextlib.nullcontext():
                         g.invoke({"items": ["a"]}, c)
                         g.update_state(c, {"note": note}, as_node="agent")
-                        log.log[t].append(("op", note))
-                    g.get_state(c)
+                        state = g.get_state(c).values
+                        if _fenced(k):
+                            log.op(t, note, state)
                     log.done("ops", _fenced(k))
                 except BaseException as e:  # noqa: BLE001 - every error counts
                     errors.append(e)
@@ -594,7 +606,8 @@ def test_delete_put_race_loop_sync(dsn: str) -> None:
                             saver.delete_thread(t)
                         else:
                             saver.prune([t], strategy="delete")
-                        log.log[t].append(("delete",))
+                        if _fenced(k):
+                            log.delete(t)
                     log.done("deletes", _fenced(k))
                 except BaseException as e:  # noqa: BLE001
                     errors.append(e)
@@ -622,10 +635,9 @@ def test_delete_put_race_loop_sync(dsn: str) -> None:
 
 async def test_delete_put_race_loop_async(dsn: str) -> None:
     errors: list[BaseException] = []
-    log = _RaceLog()
     names = [_race_thread("arace", k) for k in range(WRITERS)]
+    log = _RaceLog(names)
     locks = {t: asyncio.Lock() for t in names}
-    log.log = {t: [] for t in names}
     async with AsyncDeltaPostgresSaver.from_conn_string(dsn, pool_size=8) as saver:
         graphs = _race_graphs(saver)
         stop = time.monotonic() + RACE_SECONDS
@@ -640,8 +652,9 @@ async def test_delete_put_race_loop_async(dsn: str) -> None:
                     async with locks[t] if _fenced(k) else contextlib.nullcontext():
                         await g.ainvoke({"items": ["a"]}, c)
                         await g.aupdate_state(c, {"note": note}, as_node="agent")
-                        log.log[t].append(("op", note))
-                    await g.aget_state(c)
+                        state = (await g.aget_state(c)).values
+                        if _fenced(k):
+                            log.op(t, note, state)
                     log.done("ops", _fenced(k))
                 except Exception as e:  # noqa: BLE001
                     errors.append(e)
@@ -657,7 +670,8 @@ async def test_delete_put_race_loop_async(dsn: str) -> None:
                             await saver.adelete_thread(t)
                         else:
                             await saver.aprune([t], strategy="delete")
-                        log.log[t].append(("delete",))
+                        if _fenced(k):
+                            log.delete(t)
                     log.done("deletes", _fenced(k))
                 except Exception as e:  # noqa: BLE001
                     errors.append(e)
