@@ -580,6 +580,13 @@ class SaverCore(BaseCheckpointSaver[str]):
             f"max_history_depth={self.max_history_depth} (corrupt, or raise the limit)"
         )
 
+    def _bad_chain(self, cycle: bool | None) -> str:
+        """Why a retention walk stopped on bad data (its 'x' row's ``cycle`` column): the
+        two causes read apart, as _raise_history_error tells them apart for history."""
+        if cycle:
+            return "a cycle of parent_checkpoint_id pointers"
+        return f"deeper than max_history_depth={self.max_history_depth}"
+
     def _rows_to_history(
         self, channels: list[str], rows: list[tuple[Any, ...]]
     ) -> dict[str, DeltaChannelHistory]:
@@ -829,7 +836,7 @@ class SaverCore(BaseCheckpointSaver[str]):
             raise HistoryError(
                 f"prune of thread {thread_id!r} namespace {ns!r} refused, nothing of this "
                 f"thread was deleted: its parent chain is corrupt at checkpoint {r['bad']!r} "
-                f"(a cycle, or deeper than max_history_depth={self.max_history_depth})"
+                f"({self._bad_chain(r['bad_cycle'])})"
             )
         return PruneStats(0, r["checkpoints"], r["writes"], r["blobs"], int(r["bytes"]))
 
@@ -887,8 +894,7 @@ class SaverCore(BaseCheckpointSaver[str]):
             if r["kind"] == "x":
                 raise HistoryError(
                     f"parent chain of thread {_thread_id(config)!r} is corrupt at checkpoint "
-                    f"{r['checkpoint_id']!r}: a cycle, or deeper than "
-                    f"max_history_depth={self.max_history_depth}"
+                    f"{r['checkpoint_id']!r}: {self._bad_chain(r['cycle'])}"
                 )
             keep.add(r["checkpoint_id"])
         return keep
@@ -925,7 +931,8 @@ class SaverCore(BaseCheckpointSaver[str]):
                 if r["kind"] == "x":
                     raise HistoryError(
                         f"delete_for_runs refused, nothing was deleted: the parent chain of "
-                        f"thread {thread_id!r} is corrupt at checkpoint {r['checkpoint_id']!r}"
+                        f"thread {thread_id!r} is corrupt at checkpoint {r['checkpoint_id']!r} "
+                        f"({self._bad_chain(r['cycle'])})"
                     )
                 if r["checkpoint_id"] != c["checkpoint_id"]:
                     kept.add((thread_id, ns, r["checkpoint_id"]))

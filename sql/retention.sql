@@ -190,7 +190,7 @@ walk AS (
       AND (cardinality(n.active) > 0 OR w.depth < %(keep_last)s::int)
 ),
 bad AS (
-    SELECT w.checkpoint_id
+    SELECT w.checkpoint_id, w.met_twice AS cycle
     FROM walk AS w
     WHERE w.met_twice
        OR (w.depth >= %(max_depth)s
@@ -202,13 +202,14 @@ bad AS (
 
 -- name: keepset_result
 -- Result columns: kind 'k' (a kept checkpoint) or 'x' (the walk stopped on bad data: a
--- cycle or the depth guard; the caller raises HistoryError), checkpoint_id.
+-- cycle or the depth guard; the caller raises HistoryError), checkpoint_id, cycle (on
+-- the 'x' row: true for a cycle, false for the depth guard; NULL on 'k' rows).
 -- No row: the target does not exist.
-SELECT 'k'::text AS kind, w.checkpoint_id AS checkpoint_id
+SELECT 'k'::text AS kind, w.checkpoint_id AS checkpoint_id, NULL::boolean AS cycle
 FROM walk AS w
 WHERE w.depth > 0 AND NOT w.met_twice
 UNION ALL
-SELECT 'x'::text AS kind, b.checkpoint_id AS checkpoint_id
+SELECT 'x'::text AS kind, b.checkpoint_id AS checkpoint_id, b.cycle AS cycle
 FROM bad AS b
 
 -- name: prune_result
@@ -224,7 +225,8 @@ FROM bad AS b
 -- Result: one row: checkpoints, writes, blobs (rows deleted, or that would be), bytes
 -- (pg_column_size of their stored values: checkpoint + metadata jsonb, write and blob
 -- bytea; as stored, i.e. compressed, without reading TOAST), kept (checkpoints kept), bad (the checkpoint where the walk
--- stopped on bad data, else NULL).
+-- stopped on bad data, else NULL), bad_cycle (true: that was a cycle, false: the depth
+-- guard, NULL: no bad data).
 -- Indexes: the three primary keys, by their (thread_id, checkpoint_ns) prefix; writes
 -- and the detach look their checkpoint up by checkpoints_pkey.
 ,
@@ -330,7 +332,8 @@ SELECT
         + (SELECT coalesce(sum(d.bytes), 0) FROM doomed_writes AS d)
         + (SELECT coalesce(sum(d.bytes), 0) FROM doomed_blobs AS d) AS bytes,
     (SELECT cardinality(k.ids) FROM kept AS k) AS kept,
-    (SELECT b.checkpoint_id FROM bad AS b) AS bad
+    (SELECT b.checkpoint_id FROM bad AS b) AS bad,
+    (SELECT b.cycle FROM bad AS b) AS bad_cycle
 
 -- name: run_children
 -- delete_for_runs: the checkpoints that build on the runs: not of the runs themselves,

@@ -97,9 +97,20 @@ def fanout_scenario(freq: int) -> Scenario:
 @pytest.mark.parametrize("freq", [1, 3, 100])
 async def test_fanout_multi_turn(dsn: str, saver_factory: SaverFactory, freq: int) -> None:
     log = await run_both(dsn, saver_factory, fanout_scenario(freq))
-    # the state really holds the parallel writes in task-path order (a, b, c)
+    # the state really holds the parallel writes in task-path order (a, b, c): every
+    # start{n} at index i is followed by what a, b and c wrote seeing i + 1 items, then
+    # join seeing i + 5
     final = [o for o in log if o[0] == "state"][-1][1][0]
-    assert "a" in repr(final) and "join" in repr(final)
+    assert final[0] == "dict"
+    items = [v for _, v in dict(final[1])["items"][1]]  # canon: ("str", value) pairs
+    starts = [i for i, x in enumerate(items) if str(x).startswith("start")]
+    assert len(starts) >= 5, items
+    for i in starts:
+        n = i + 1
+        assert items[i + 1 : i + 6] == [f"a{n}", f"b{n}", "b-second", f"c{n}", f"join{n + 4}"], (
+            i,
+            items,
+        )
 
 
 # --------------------------------------------------------------------- interrupts

@@ -7,7 +7,6 @@ import contextlib
 import os
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -238,20 +237,17 @@ def test_cycle_in_parent_pointers_raises_fast(dsn: str) -> None:
             (ids[-1], ids[0]),
         )
         for config in (cfg("cyc"), cfg("cyc", "", ids[3])):
-            t0 = time.monotonic()
-            with pytest.raises(HistoryError):
+            # the cycle check, not the depth guard (max_history_depth=1e6): by message
+            with pytest.raises(HistoryError, match="its own ancestor"):
                 saver.get_delta_channel_history(config=config, channels=["a", "zz"])
-            assert time.monotonic() - t0 < 5
         # a self-loop
         build_chain(saver, "self", 2, ["a"])
         conn.execute(
             "UPDATE checkpoints SET parent_checkpoint_id = checkpoint_id WHERE thread_id = "
             "'self' AND parent_checkpoint_id IS NULL"
         )
-        t0 = time.monotonic()
-        with pytest.raises(HistoryError):
+        with pytest.raises(HistoryError, match="its own ancestor"):
             saver.get_delta_channel_history(config=cfg("self"), channels=["a"])
-        assert time.monotonic() - t0 < 5
         # a seed before the cycle closes stops the walk: no error needed
         conn.execute(
             "UPDATE checkpoints SET checkpoint = jsonb_set(checkpoint, '{channel_values,a}', "
@@ -295,10 +291,8 @@ def test_descending_ids_are_followed_and_short_cycles_fail_fast(dsn: str, cache_
             (ids[300], ids[298]),
         )
         saver = DeltaPostgresSaver(conn, cache_bytes=cache_bytes)
-        t0 = time.monotonic()
-        with pytest.raises(HistoryError, match="cycle"):
+        with pytest.raises(HistoryError, match="its own ancestor"):
             saver.get_delta_channel_history(config=cfg("desc", "", ids[301]), channels=["a"])
-        assert time.monotonic() - t0 < 1.0
         # a target below the cycle does not meet it
         got = saver.get_delta_channel_history(config=cfg("desc", "", ids[297]), channels=["a"])
         assert len(got["a"]["writes"]) == 297
@@ -312,7 +306,7 @@ async def test_cycle_async_raises(dsn: str) -> None:
             (ids[-1], ids[0]),
         )
     async with AsyncDeltaPostgresSaver.from_conn_string(dsn) as saver:
-        with pytest.raises(HistoryError):
+        with pytest.raises(HistoryError, match="its own ancestor"):
             await saver.aget_delta_channel_history(config=cfg("cyc"), channels=["a"])
 
 
@@ -347,10 +341,8 @@ def test_depth_guard(dsn: str) -> None:
         # chain does not walk it again, so take a fresh one
         saver = DeltaPostgresSaver(conn)
         saver.max_history_depth = 50
-        t0 = time.monotonic()
-        with pytest.raises(HistoryError):
+        with pytest.raises(HistoryError, match="deeper than max_history_depth=50"):
             saver.get_delta_channel_history(config=cfg("deep"), channels=["a"])
-        assert time.monotonic() - t0 < 5
         # within the guard: fine
         got = saver.get_delta_channel_history(config=cfg("deep", "", ids[50]), channels=["a"])
         assert len(got["a"]["writes"]) == 50

@@ -195,12 +195,13 @@ def test_keepset_and_prune_stop_on_a_parent_cycle_within_a_lap(dsn: str) -> None
             "WHERE thread_id = 'T' AND checkpoint_id = %s",
             (steps[19].checkpoint_id, steps[4].checkpoint_id),
         )
-        t0 = time.monotonic()
-        with pytest.raises(HistoryError, match="corrupt"):
+        # the cycle check, not the depth guard (max_history_depth=1e6): by message
+        with pytest.raises(HistoryError, match="corrupt .*: a cycle of parent_checkpoint_id"):
             ours.get_delta_channel_keepset(config=cfg("T"), channels=["never_written"])
-        assert time.monotonic() - t0 < 5  # one lap, not max_history_depth steps
         rows = conn.execute("SELECT count(*) FROM checkpoints").fetchone()
-        with pytest.raises(HistoryError, match="nothing of this thread was deleted"):
+        with pytest.raises(
+            HistoryError, match=r"nothing of this thread was deleted.*\(a cycle of parent"
+        ):
             ours.prune(["T"])
         assert conn.execute("SELECT count(*) FROM checkpoints").fetchone() == rows
         # a self-loop
@@ -209,7 +210,7 @@ def test_keepset_and_prune_stop_on_a_parent_cycle_within_a_lap(dsn: str) -> None
             "WHERE thread_id = 'T' AND checkpoint_id = %s",
             (steps[29].checkpoint_id,),
         )
-        with pytest.raises(HistoryError):
+        with pytest.raises(HistoryError, match="a cycle of parent_checkpoint_id"):
             ours.get_delta_channel_keepset(config=cfg("T"), channels=["never_written"])
 
 
@@ -219,7 +220,7 @@ def test_keepset_depth_guard(dsn: str) -> None:
         ours = DeltaPostgresSaver(conn)
         write_thread(dsn, ours, "T", steps)
         ours.max_history_depth = 5
-        with pytest.raises(HistoryError, match="max_history_depth=5"):
+        with pytest.raises(HistoryError, match="deeper than max_history_depth=5"):
             ours.get_delta_channel_keepset(config=cfg("T"), channels=["never_written"])
         assert len(ours.get_delta_channel_keepset(config=cfg("T"), channels=[])) == 1
 

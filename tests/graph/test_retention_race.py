@@ -27,6 +27,10 @@ from tests.graph.test_delta_graphs import fanout_builder
 TURNS = 40
 #: a snapshot every ~12 invokes: the state is rebuilt from many checkpoints' writes
 FREQ = 50
+#: the longest a worker may take to stop after being told (one prune or load)
+JOIN_S = 60.0
+#: a worker stops by itself after this long even if never told (the run hung)
+RUN_S = 300.0
 
 
 def T(thread: str) -> dict[str, Any]:
@@ -51,7 +55,8 @@ def test_prune_racing_a_live_run_sync(dsn: str, durability: str) -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
             saver = DeltaPostgresSaver(conn)
             n = 0
-            while not stop.is_set():
+            deadline = time.monotonic() + RUN_S
+            while not stop.is_set() and time.monotonic() < deadline:
                 try:
                     stats = saver.prune(["R"], keep_last=None if n % 2 else 2)
                 except BaseException as e:  # noqa: BLE001 - every failure is reported
@@ -65,7 +70,8 @@ def test_prune_racing_a_live_run_sync(dsn: str, durability: str) -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
             g = fanout_builder(FREQ).compile(checkpointer=DeltaPostgresSaver(conn))
             seen = 0
-            while not stop.is_set():
+            deadline = time.monotonic() + RUN_S
+            while not stop.is_set() and time.monotonic() < deadline:
                 try:
                     items = g.get_state(T("R")).values.get("items", [])
                     # the state only grows: a load that lost history would shrink it
@@ -80,7 +86,12 @@ def test_prune_racing_a_live_run_sync(dsn: str, durability: str) -> None:
         saver = DeltaPostgresSaver(conn)
         g = fanout_builder(FREQ).compile(checkpointer=saver)
         g.invoke({"items": ["u0"]}, T("R"), durability=durability)  # type: ignore[arg-type]
-        workers = [threading.Thread(target=pruner), threading.Thread(target=loader)]
+        # daemons: a worker that hangs fails the join below and does not keep the
+        # interpreter alive
+        workers = [
+            threading.Thread(target=pruner, daemon=True),
+            threading.Thread(target=loader, daemon=True),
+        ]
         for w in workers:
             w.start()
         try:
@@ -92,7 +103,8 @@ def test_prune_racing_a_live_run_sync(dsn: str, durability: str) -> None:
         finally:
             stop.set()
             for w in workers:
-                w.join()
+                w.join(JOIN_S)
+        assert not any(w.is_alive() for w in workers), "a pruner or loader hung"
         assert not errors, errors
         assert pruned[0] > 10 and pruned[1] > 0, (pruned, elapsed)
         assert loads[0] > 10
@@ -116,7 +128,8 @@ async def test_prune_racing_a_live_run_async(dsn: str) -> None:
         g = fanout_builder(FREQ).compile(checkpointer=saver)
 
         async def pruner() -> None:
-            while not done.is_set():
+            deadline = time.monotonic() + RUN_S
+            while not done.is_set() and time.monotonic() < deadline:
                 try:
                     await saver.aprune(["R"])
                 except BaseException as e:  # noqa: BLE001
@@ -128,11 +141,12 @@ async def test_prune_racing_a_live_run_async(dsn: str) -> None:
         task = asyncio.create_task(pruner())
         try:
             for i in range(TURNS):
-                await g.ainvoke({"items": [f"u{i}"]}, T("R"))
-                await g.aget_state(T("R"))
+                await asyncio.wait_for(g.ainvoke({"items": [f"u{i}"]}, T("R")), JOIN_S)
+                await asyncio.wait_for(g.aget_state(T("R")), JOIN_S)
         finally:
             done.set()
-            await task
+            # bounded: a pruner stuck in a statement fails here, not the suite
+            await asyncio.wait_for(task, JOIN_S)
         assert not errors, errors
         assert pruned[0] > 10
         assert canon((await g.aget_state(T("R"))).values) == expected_state("async")

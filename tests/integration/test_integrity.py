@@ -4,6 +4,7 @@ schema names, dead pooled connections, connect timeout, corrupt rows, missing ta
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import operator
 import random
 import socket
@@ -16,6 +17,7 @@ import psycopg
 import pytest
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -28,6 +30,7 @@ from langgraph_delta_postgres import (
     SetupRequiredError,
 )
 from langgraph_delta_postgres.migrate import amigrate, migrate, status
+from tests.graph._util import canon, official_saver
 from tests.integration._helpers import cfg, open_saver, put_chain
 from tests.plugins.savers import SaverFactory
 
@@ -91,13 +94,25 @@ def put_chain_sync(saver: DeltaPostgresSaver, thread_id: str, n: int) -> list[An
 # ---------------------------------------------------------------- 4: dead pooled connections
 
 
-def _terminate_app(admin_dsn: str, app: str) -> int:
+def _terminate_app(admin_dsn: str, app: str) -> set[int]:
+    """Terminate every backend of ``app`` and wait (up to 10 s each) until it is gone:
+    the pids terminated, each one confirmed (pg_terminate_backend returned true)."""
     with psycopg.connect(admin_dsn, autocommit=True) as admin:
         rows = admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            "SELECT pid, pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
+            "WHERE application_name = %s",
             (app,),
         ).fetchall()
-    return len(rows)
+    assert rows and all(ok for _, ok in rows), rows
+    return {pid for pid, _ in rows}
+
+
+def _app_pids(admin_dsn: str, app: str) -> set[int]:
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,)
+        ).fetchall()
+    return {r[0] for r in rows}
 
 
 def _with_app(dsn: str, app: str) -> str:
@@ -113,10 +128,13 @@ def test_pool_replaces_connections_the_server_closed(dsn: str, pg_server: Any) -
         for _ in range(3):
             assert saver.get_tuple(c) is not None
         for attempt in range(2):  # a server restart, or a network reset, twice
-            assert _terminate_app(pg_server.admin_dsn, app) >= 1
-            time.sleep(0.2)
-            for _ in range(4):
+            killed = _terminate_app(pg_server.admin_dsn, app)
+            assert not _app_pids(pg_server.admin_dsn, app) & killed  # really gone
+            for _ in range(4):  # at once: the pool must notice, not wait it out
                 assert saver.get_tuple(c) is not None, attempt
+            # answered by new connections the pool opened, none of the killed ones
+            now = _app_pids(pg_server.admin_dsn, app)
+            assert now and not now & killed, (attempt, now, killed)
 
 
 async def test_async_pool_replaces_connections_the_server_closed(
@@ -131,10 +149,12 @@ async def test_async_pool_replaces_connections_the_server_closed(
         for _ in range(3):
             assert await saver.aget_tuple(c) is not None
         for attempt in range(2):
-            assert _terminate_app(pg_server.admin_dsn, app) >= 1
-            await asyncio.sleep(0.2)
+            killed = _terminate_app(pg_server.admin_dsn, app)
+            assert not _app_pids(pg_server.admin_dsn, app) & killed
             for _ in range(4):
                 assert await saver.aget_tuple(c) is not None, attempt
+            now = _app_pids(pg_server.admin_dsn, app)
+            assert now and not now & killed, (attempt, now, killed)
 
 
 # ---------------------------------------------------------------- 5: connect timeout
@@ -435,114 +455,241 @@ def test_the_issue_repro_keeps_the_thread_working(dsn: str, state: Any) -> None:
     assert ours == official
 
 
+# The race loops. Each writer owns one thread (a second writer on it would make the
+# interleaving, and so any reference, arbitrary); the deleters pick among those threads
+# only. Two groups:
+#   fenced   a delete takes the thread's lock, so it lands between two whole operations;
+#            the operations and deletes are fed in lock order to an InMemorySaver: the
+#            state after every operation, and the final state and history, must equal
+#            that reference (a write lost, replayed or left behind by a delete fails).
+#   racing   deletes race the operations (a delete lands in the middle of an invoke, as
+#            in the issue's repro): what the thread holds then is a legitimate partial
+#            state no replay reproduces, so the reference is the official saver reading
+#            the same rows (state and history), and one more invoke must append exactly
+#            its own items to the state ours read before it.
+# Each group must have done MIN_OPS operations and MIN_DELETES deletes of its threads.
+
 RACE_SECONDS = 4.0
+WRITERS = 6  # writers 0-2 fenced, 3-5 racing
+MIN_OPS = 15
+MIN_DELETES = 10
 
 
 def _race_graphs(saver: Any) -> list[Any]:
     return [_graph(_State, saver), _graph(_DeltaState, saver)]
 
 
+def _race_thread(prefix: str, k: int) -> str:
+    return f"{prefix}-{k}-{k % 2}"
+
+
+def _fenced(k: int) -> bool:
+    return k < WRITERS // 2
+
+
+class _RaceLog:
+    """Counts per group, and per fenced thread the reference: an InMemorySaver fed, in
+    lock order, each acknowledged operation (invoke + update_state(note)) and delete.
+    After every fenced operation ours must read the reference's state: a write lost or
+    replayed fails at once, not only if it survives to the end."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.ops = {"fenced": 0, "racing": 0}
+        self.deletes = {"fenced": 0, "racing": 0}
+        self.checked = 0
+        self.count = threading.Lock()
+        self.mem = {t: InMemorySaver() for t in names}
+        self.mem_graphs = {t: _race_graphs(self.mem[t])[k % 2] for k, t in enumerate(names)}
+
+    def done(self, kind: str, fenced: bool) -> None:
+        with self.count:
+            getattr(self, kind)["fenced" if fenced else "racing"] += 1
+
+    def op(self, thread: str, note: str, ours: Any) -> None:
+        """Under the thread's lock, after ours acknowledged the operation."""
+        g, c = self.mem_graphs[thread], {"configurable": {"thread_id": thread}}
+        g.invoke({"items": ["a"]}, c)
+        g.update_state(c, {"note": note}, as_node="agent")
+        want = canon(g.get_state(c).values)
+        assert canon(ours) == want, f"{thread}: {ours!r} != InMemorySaver {want!r}"
+        with self.count:
+            self.checked += 1
+
+    def delete(self, thread: str) -> None:
+        self.mem[thread].delete_thread(thread)
+
+    def reference(self, thread: str) -> tuple[Any, Any]:
+        g, c = self.mem_graphs[thread], {"configurable": {"thread_id": thread}}
+        return canon(g.get_state(c).values), _snapshot(g.get_state_history(c))
+
+    def check_counts(self) -> str:
+        report = (
+            f"operations {self.ops}, deletes {self.deletes}, "
+            f"states checked against InMemorySaver {self.checked}"
+        )
+        for group in ("fenced", "racing"):
+            assert self.ops[group] >= MIN_OPS, f"too few to prove anything: {report}"
+            assert self.deletes[group] >= MIN_DELETES, f"too few to prove anything: {report}"
+        assert self.checked >= MIN_OPS, report
+        return report
+
+
+def _snapshot(states: Any) -> list[Any]:
+    """A history as comparable across savers: values, next, step, source (ids differ)."""
+    return [
+        (canon(s.values), s.next, s.metadata.get("step"), s.metadata.get("source"))
+        for s in states
+    ]
+
+
+def _official(dsn: str, graph_idx: int, thread: str) -> tuple[Any, Any]:
+    with official_saver(dsn) as off:
+        g = _race_graphs(off)[graph_idx]
+        c = {"configurable": {"thread_id": thread}}
+        return canon(g.get_state(c).values), _snapshot(g.get_state_history(c))
+
+
+def _check_final(
+    dsn: str, k: int, thread: str, ours: tuple[Any, Any], log: _RaceLog
+) -> None:
+    official = _official(dsn, k % 2, thread)
+    assert ours == official, f"{thread}: ours and the official saver read the rows apart"
+    if _fenced(k):
+        want = log.reference(thread)
+        assert ours[0] == want[0], f"{thread}: state differs from InMemorySaver"
+        assert ours[1] == want[1], f"{thread}: history differs from InMemorySaver"
+
+
+def _appended(before: Any, after: Any) -> None:
+    """One more invoke of ["z"] appended exactly ["z", "x"] to the state read before."""
+    items_before = list(before.get("items", []))
+    assert list(after["items"]) == items_before + ["z", "x"], (items_before, after)
+
+
 def test_delete_put_race_loop_sync(dsn: str) -> None:
     """Writers invoke / update_state / read while deleters delete the same threads
-    (delete_thread and prune(strategy="delete")), for a few seconds: 0 errors, and every
-    thread keeps working afterwards."""
+    (delete_thread and prune(strategy="delete")), for a few seconds: 0 errors, and
+    every thread's state and history equal to the reference of its group."""
     errors: list[BaseException] = []
-    ops = [0]
+    names = [_race_thread("race", k) for k in range(WRITERS)]
+    log = _RaceLog(names)
+    locks = {t: threading.Lock() for t in names}
     with DeltaPostgresSaver.from_conn_string(dsn, pool_size=8) as saver:
         graphs = _race_graphs(saver)
-        threads = [f"race-{i}" for i in range(4)]
         stop = time.monotonic() + RACE_SECONDS
 
         def writer(k: int) -> None:
             rnd = random.Random(k)
+            t, g = names[k], graphs[k % 2]
+            c = {"configurable": {"thread_id": t}}
             while time.monotonic() < stop:
-                g = graphs[k % 2]
-                c = {"configurable": {"thread_id": threads[k % len(threads)] + f"-{k % 2}"}}
+                note = str(rnd.random())
                 try:
-                    g.invoke({"items": ["a"]}, c)
-                    g.update_state(c, {"note": str(rnd.random())}, as_node="agent")
-                    g.get_state(c)
-                    ops[0] += 1
+                    with locks[t] if _fenced(k) else contextlib.nullcontext():
+                        g.invoke({"items": ["a"]}, c)
+                        g.update_state(c, {"note": note}, as_node="agent")
+                        state = g.get_state(c).values
+                        if _fenced(k):
+                            log.op(t, note, state)
+                    log.done("ops", _fenced(k))
                 except BaseException as e:  # noqa: BLE001 - every error counts
                     errors.append(e)
 
-        def deleter(k: int) -> None:
-            rnd = random.Random(100 + k)
+        def deleter(d: int) -> None:
+            rnd = random.Random(100 + d)
             while time.monotonic() < stop:
-                t = rnd.choice(threads) + f"-{rnd.randrange(2)}"
+                k = rnd.randrange(WRITERS)
+                t = names[k]
                 try:
-                    if k % 2:
-                        saver.delete_thread(t)
-                    else:
-                        saver.prune([t], strategy="delete")
+                    with locks[t] if _fenced(k) else contextlib.nullcontext():
+                        if d % 2:
+                            saver.delete_thread(t)
+                        else:
+                            saver.prune([t], strategy="delete")
+                        if _fenced(k):
+                            log.delete(t)
+                    log.done("deletes", _fenced(k))
                 except BaseException as e:  # noqa: BLE001
                     errors.append(e)
                 time.sleep(rnd.random() * 0.002)
 
-        workers = [threading.Thread(target=writer, args=(k,)) for k in range(6)]
-        workers += [threading.Thread(target=deleter, args=(k,)) for k in range(2)]
+        workers = [threading.Thread(target=writer, args=(k,), daemon=True) for k in range(WRITERS)]
+        workers += [threading.Thread(target=deleter, args=(d,), daemon=True) for d in range(2)]
         for w in workers:
             w.start()
         for w in workers:
             w.join(RACE_SECONDS + 60)
         assert not any(w.is_alive() for w in workers), "a worker hung"
-        for t in threads:  # every thread still works
-            for i, g in enumerate(graphs):
-                c = {"configurable": {"thread_id": f"{t}-{i}"}}
-                try:
-                    g.invoke({"items": ["z"]}, c)
-                    assert g.get_state(c).values["items"][-2:] == ["z", "x"]
-                except BaseException as e:  # noqa: BLE001
-                    errors.append(e)
-    assert ops[0] > 20, "the race loop did too little to prove anything"
-    assert errors == [], f"{len(errors)} errors in {ops[0]} operations: {errors[:3]!r}"
+        assert errors == [], f"{len(errors)} errors: {errors[:3]!r}"
+        report = log.check_counts()
+        for k, t in enumerate(names):
+            g, c = graphs[k % 2], {"configurable": {"thread_id": t}}
+            ours = (canon(g.get_state(c).values), _snapshot(g.get_state_history(c)))
+            _check_final(dsn, k, t, ours, log)
+            before = g.get_state(c).values
+            g.invoke({"items": ["z"]}, c)  # every thread still works
+            _appended(before, g.get_state(c).values)
+            assert canon(g.get_state(c).values) == _official(dsn, k % 2, t)[0]
+    print(report)
 
 
 async def test_delete_put_race_loop_async(dsn: str) -> None:
     errors: list[BaseException] = []
-    ops = [0]
+    names = [_race_thread("arace", k) for k in range(WRITERS)]
+    log = _RaceLog(names)
+    locks = {t: asyncio.Lock() for t in names}
     async with AsyncDeltaPostgresSaver.from_conn_string(dsn, pool_size=8) as saver:
         graphs = _race_graphs(saver)
-        threads = [f"arace-{i}" for i in range(4)]
         stop = time.monotonic() + RACE_SECONDS
 
         async def writer(k: int) -> None:
             rnd = random.Random(k)
+            t, g = names[k], graphs[k % 2]
+            c = {"configurable": {"thread_id": t}}
             while time.monotonic() < stop:
-                g = graphs[k % 2]
-                c = {"configurable": {"thread_id": threads[k % len(threads)] + f"-{k % 2}"}}
+                note = str(rnd.random())
                 try:
-                    await g.ainvoke({"items": ["a"]}, c)
-                    await g.aupdate_state(c, {"note": str(rnd.random())}, as_node="agent")
-                    await g.aget_state(c)
-                    ops[0] += 1
+                    async with locks[t] if _fenced(k) else contextlib.nullcontext():
+                        await g.ainvoke({"items": ["a"]}, c)
+                        await g.aupdate_state(c, {"note": note}, as_node="agent")
+                        state = (await g.aget_state(c)).values
+                        if _fenced(k):
+                            log.op(t, note, state)
+                    log.done("ops", _fenced(k))
                 except Exception as e:  # noqa: BLE001
                     errors.append(e)
 
-        async def deleter(k: int) -> None:
-            rnd = random.Random(100 + k)
+        async def deleter(d: int) -> None:
+            rnd = random.Random(100 + d)
             while time.monotonic() < stop:
-                t = rnd.choice(threads) + f"-{rnd.randrange(2)}"
+                k = rnd.randrange(WRITERS)
+                t = names[k]
                 try:
-                    if k % 2:
-                        await saver.adelete_thread(t)
-                    else:
-                        await saver.aprune([t], strategy="delete")
+                    async with locks[t] if _fenced(k) else contextlib.nullcontext():
+                        if d % 2:
+                            await saver.adelete_thread(t)
+                        else:
+                            await saver.aprune([t], strategy="delete")
+                        if _fenced(k):
+                            log.delete(t)
+                    log.done("deletes", _fenced(k))
                 except Exception as e:  # noqa: BLE001
                     errors.append(e)
                 await asyncio.sleep(rnd.random() * 0.002)
 
         await asyncio.wait_for(
-            asyncio.gather(*[writer(k) for k in range(6)], *[deleter(k) for k in range(2)]),
+            asyncio.gather(*[writer(k) for k in range(WRITERS)], *[deleter(d) for d in range(2)]),
             RACE_SECONDS + 60,
         )
-        for t in threads:
-            for i, g in enumerate(graphs):
-                c = {"configurable": {"thread_id": f"{t}-{i}"}}
-                try:
-                    await g.ainvoke({"items": ["z"]}, c)
-                    assert (await g.aget_state(c)).values["items"][-2:] == ["z", "x"]
-                except Exception as e:  # noqa: BLE001
-                    errors.append(e)
-    assert ops[0] > 20, "the race loop did too little to prove anything"
-    assert errors == [], f"{len(errors)} errors in {ops[0]} operations: {errors[:3]!r}"
+        assert errors == [], f"{len(errors)} errors: {errors[:3]!r}"
+        report = log.check_counts()
+        for k, t in enumerate(names):
+            g, c = graphs[k % 2], {"configurable": {"thread_id": t}}
+            hist = [s async for s in g.aget_state_history(c)]
+            ours = (canon((await g.aget_state(c)).values), _snapshot(hist))
+            _check_final(dsn, k, t, ours, log)
+            before = (await g.aget_state(c)).values
+            await g.ainvoke({"items": ["z"]}, c)
+            _appended(before, (await g.aget_state(c)).values)
+            assert canon((await g.aget_state(c)).values) == _official(dsn, k % 2, t)[0]
+    print(report)

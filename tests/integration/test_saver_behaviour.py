@@ -22,6 +22,7 @@ from psycopg.rows import dict_row
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
 from langgraph_delta_postgres.migrate import discover, migrate
+from tests.graph._util import official_saver
 from tests.integration._helpers import (
     Uniform,
     cfg,
@@ -686,13 +687,36 @@ async def test_async_concurrent_calls(dsn: str, async_factory: SaverFactory) -> 
         configs = [c for chain in chains for c in chain]
         tuples = await asyncio.gather(*(s.aget_tuple(c) for c in configs))
         hists = await asyncio.gather(
-            *(s.aget_delta_channel_history(config=c, channels=["obj"]) for c in configs)
+            *(s.aget_delta_channel_history(config=c, channels=["obj", "num"]) for c in configs)
         )
         latest = await asyncio.gather(*(s.aget_tuple(cfg(f"c{n}")) for n in range(20)))
+        # each concurrent answer, seeds included, is the answer of the same call made
+        # alone (one at a time, on a saver of its own: no cache shared with the gather)
+        async with async_factory.aio(dsn) as alone_saver:
+            alone = [
+                await alone_saver.aget_delta_channel_history(config=c, channels=["obj", "num"])
+                for c in configs
+            ]
+    assert hists == alone
+    with official_saver(dsn) as off:
+        assert hists == [
+            off.get_delta_channel_history(config=c, channels=["obj", "num"]) for c in configs
+        ]
+    # every checkpoint stores both channels: the seed is the parent's value (none at
+    # the root), the parent's own writes none
+    for n in range(20):
+        assert hists[3 * n] == {"obj": {"writes": []}, "num": {"writes": []}}
+        for i in (1, 2):
+            parent = tuples[3 * n + i - 1]
+            assert parent is not None
+            want = {
+                ch: {"writes": [], "seed": parent.checkpoint["channel_values"][ch]}
+                for ch in ("obj", "num")
+            }
+            assert hists[3 * n + i] == want, (n, i)
     for c, t in zip(configs, tuples, strict=True):
         assert t is not None and t.config == c
     for n, t in enumerate(latest):
         assert t is not None and t.pending_writes == [(f"task{n}", "obj", n)]
         assert t.config == chains[n][-1]
-    assert all(h["obj"]["writes"] == [] for h in hists)
     assert table_counts(dsn)["checkpoints"] == 60

@@ -10,7 +10,8 @@ Resolution order (the first that is available wins):
 With none available the Postgres tests are skipped, except when ``CI`` is set, where
 that is an error: CI never counts a skipped Postgres test as passing.
 
-Isolation: one template database is migrated once per session; every test that asks
+Isolation: one template database, named for the session, is migrated once per session
+and dropped at its end; every test that asks
 for ``dsn`` gets its own ``CREATE DATABASE ... TEMPLATE`` clone, dropped afterwards.
 """
 
@@ -29,7 +30,9 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 ENV_DSN = "LGDP_TEST_DSN"
-TEMPLATE = "lgdp_template"
+#: this session's template database: named per session, so two sessions (or parallel
+#: workers) on one server never drop or clone each other's
+TEMPLATE = f"lgdp_template_{os.getpid()}_{uuid.uuid4().hex[:8]}"
 
 
 @dataclass
@@ -128,13 +131,14 @@ def template_db(pg_server: PgServer) -> Iterator[str]:
     """A database with every migration applied; tests clone it."""
     from langgraph_delta_postgres.migrate import migrate
 
-    pg_server.drop_db(TEMPLATE)
     with pg_server.admin() as conn:
         conn.execute(f'CREATE DATABASE "{TEMPLATE}"')
-    with psycopg.connect(pg_server.dsn_for(TEMPLATE), autocommit=True) as conn:
-        migrate(conn)
-    yield TEMPLATE
-    pg_server.drop_db(TEMPLATE)
+    try:
+        with psycopg.connect(pg_server.dsn_for(TEMPLATE), autocommit=True) as conn:
+            migrate(conn)
+        yield TEMPLATE
+    finally:
+        pg_server.drop_db(TEMPLATE)
 
 
 @pytest.fixture

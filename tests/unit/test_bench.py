@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import socket
-import statistics
 import threading
 import time
 from pathlib import Path
@@ -157,9 +156,9 @@ def test_proxy_adds_the_configured_delay(rtt_ms: float) -> None:
             counts = proxy.counts()
     finally:
         srv.close()
-    med = statistics.median(times)
+    # a lower bound only: the proxy may never answer sooner than its delay, but a loaded
+    # machine may answer any amount later (no upper bound on wall time)
     assert min(times) >= rtt_ms * 0.95
-    assert med < rtt_ms + 5  # generous: a loaded CI machine
     assert counts.round_trips == 15
     assert counts.up_bytes == counts.down_bytes > 0
 
