@@ -293,7 +293,9 @@ def thread_report(
     }
     if load:
         # as LangGraph asks: the DeltaChannels whose value is not stored at the checkpoint
-        needs = [c["channel"] for c in channels if c["walk_stops_at"] != "stored at the checkpoint"]
+        needs = [
+            str(c["channel"]) for c in channels if c["walk_stops_at"] != "stored at the checkpoint"
+        ]
         rep["load"] = load_report(conn, schema, thread_id, checkpoint_ns, needs)
     return rep
 
