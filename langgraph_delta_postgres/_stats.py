@@ -11,8 +11,8 @@ Two families, each counted where its work happens:
 ``saver.stats()`` returns a frozen :class:`SaverStats` snapshot; counters only grow
 (subtract two snapshots for a rate). Cheap on the hot path: one lock and a few integer
 additions per history statement or call, and one pass over the statement's rows in C
-(a set of their checkpoint ids) for ``checkpoints``; measured on 20,000 history rows:
-see ``checkpoints_in``.
+(a set of their checkpoint ids) for ``checkpoints``: 0.3% of building the answer from
+the same rows (see ``checkpoints_in``).
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ def checkpoints_in(rows: Sequence[tuple[Any, ...]]) -> int:
     checkpoints on the way with no write of those channels send no row). 'h' (a held
     stop: the checkpoint was not read again) and 'x' rows are not counted.
 
-    Measured (a scratch timing, not a benchmark figure: 20,000 rows, 3.11): 0.9 ms, where
-    building the answer from the same rows (``_rows_to_history``, JSON writes) took 61 ms."""
+    Measured (a scratch timing, not a benchmark figure: 20,000 'w' rows of 10,000
+    checkpoints, one 200-character message each, Python 3.11, best of 5): 1.0 ms, where
+    building the answer from the same rows (``_rows_to_history``) took 330 ms (0.3%)."""
     return len({r[6] for r in rows if r[0] in "cws"})
 
 
