@@ -15,6 +15,7 @@ from ._core import (
     PruneStats,
     SetupRequiredError,
 )
+from ._stats import CacheStats, SaverStats, WalkStats
 from .aio import AsyncDeltaPostgresSaver
 from .migrate import MigrationError
 from .saver import DeltaPostgresSaver
@@ -23,12 +24,15 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AsyncDeltaPostgresSaver",
+    "CacheStats",
     "CorruptCheckpointError",
     "DeltaPostgresSaver",
     "DeltaPruneError",
     "HistoryError",
     "MigrationError",
     "PruneStats",
+    "SaverStats",
     "SetupRequiredError",
+    "WalkStats",
     "__version__",
 ]

@@ -209,6 +209,10 @@ class HistoryCache:
         self.seed_hits = 0
         #: calls answered without the cache because admission refused the thread a bucket
         self.refused = 0
+        #: channel answers through a bucket that reused no held chain; buckets evicted
+        #: to get back under the budget (see _stats.CacheStats)
+        self.misses = 0
+        self.evictions = 0
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -245,6 +249,15 @@ class HistoryCache:
 
     def __len__(self) -> int:
         return len(self._buckets)
+
+    def counters(self) -> dict[str, int]:
+        """A consistent snapshot of the counters (the fields of _stats.CacheStats)."""
+        with self._lock:
+            return {
+                "hits": self.chain_hits, "misses": self.misses, "seed_hits": self.seed_hits,
+                "refused": self.refused, "evictions": self.evictions, "bytes": self.nbytes,
+                "buckets": len(self._buckets), "max_bytes": self.max_bytes,
+            }
 
     # ------------------------------------------------------------------ one call
 
@@ -311,6 +324,7 @@ class HistoryCache:
         held_at: dict[str, str] = {}
         seed_at: dict[str, tuple[str | None, bytes | None, Any]] = {}
         new_writes: dict[str, list[tuple[str, list[Any]]]] = {ch: [] for ch in channels}
+        seed_hits = 0
         with gc_paused():  # every value decoded or unpickled below
             for kind, channel, task_id, type_, blob, inline, checkpoint_id, ref in rows:
                 if kind == "w":
@@ -323,20 +337,22 @@ class HistoryCache:
                 elif kind == "s":
                     token = f"{channel}{SEP}{ref}" if ref is not None else None
                     if type_ is not None and blob is None:
-                        self.seed_hits += 1
+                        seed_hits += 1
                         data = plan.seeds[f"{channel}{SEP}{ref}"]
                         seed_at[channel] = (token, data, pickle.loads(data))
                     else:
                         value = loads((type_, blob)) if type_ else inline
                         seed_at[channel] = (token, None, value)
                 elif kind == "h":
-                    self.chain_hits += 1
                     held_at[channel] = checkpoint_id
                 else:
                     on_error((kind, channel, task_id, type_, blob, inline, checkpoint_id, ref))
             # Older part first: what the cache holds below a held stop.
             with self._lock:
                 older = {ch: self._chain(bucket, ch, cid) for ch, cid in held_at.items()}
+                self.chain_hits += len(held_at)
+                self.misses += len(channels) - len(held_at)
+                self.seed_hits += seed_hits
             self._hand_out(channels, result, older, seed_at, new_writes)
         size = estimate(rows, len(visited))
         if bucket.nbytes + size > self.max_bucket:
@@ -553,3 +569,4 @@ class HistoryCache:
     def _evict(self) -> None:
         while self.nbytes > self.max_bytes and self._buckets:
             self._drop(next(iter(self._buckets)))
+            self.evictions += 1

@@ -12,6 +12,7 @@ import logging
 import os
 import random
 import shlex
+import time
 from collections.abc import Generator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, fields
@@ -50,6 +51,7 @@ from ._checks import (
 )
 from ._compat import _DeltaSnapshot
 from ._sql import Queries
+from ._stats import CacheStats, SaverStats, WalkCounters
 
 logger = logging.getLogger("langgraph_delta_postgres")
 T = TypeVar("T")
@@ -73,6 +75,24 @@ class Stmt:
 
 
 Op = Generator[Stmt, list[Any], T]
+
+
+def debug_statements() -> bool:
+    """Whether the drivers log each statement (DEBUG on this package's logger). Asked
+    once per operation: with DEBUG off, a statement costs no log work at all."""
+    return logger.isEnabledFor(logging.DEBUG)
+
+
+def log_statement(op: Op[Any], stmt: Stmt, started: float, rows: list[Any]) -> None:
+    """One DEBUG line per statement: the operation that ran it (its generator's name,
+    e.g. ``_op_delta_history``), whether rows were fetched, how many and how long it took
+    (execute and fetch). No parameter values: they hold thread ids and user data."""
+    logger.debug(
+        "%s: %s in %.2f ms",
+        getattr(op, "__name__", "operation"),
+        f"{len(rows)} rows" if stmt.fetch else "no rows fetched",
+        (time.perf_counter() - started) * 1000,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +298,15 @@ class SaverCore(BaseCheckpointSaver[str]):
         cache = HistoryCache(cache_bytes)
         #: The decoded-value cache of get_delta_channel_history (None: cache_bytes=0).
         self.history_cache: HistoryCache | None = cache if cache_bytes else None
+        self._walk = WalkCounters()
+
+    def stats(self) -> SaverStats:
+        """A snapshot of this saver's counters: its history walks and its cache (None
+        when ``cache_bytes=0``). No statement runs; see docs/observability.md."""
+        cache = self.history_cache
+        return SaverStats(
+            self._walk.snapshot(), CacheStats(**cache.counters()) if cache is not None else None
+        )
 
     def _query(self, name: str, *parts: str | sql.SQL) -> sql.Composed:
         """The statement made of these blocks of sql/ (a name) and literal fragments,
@@ -457,6 +486,7 @@ class SaverCore(BaseCheckpointSaver[str]):
         if channels:
             key = (thread_id, ns, row["checkpoint_id"])
             hist = [r[:8] for r in rows[1:]]
+            self._walk.ran(hist)
             _PREFETCH.set(_Prefetch(self, key, channels, plan, hist))
         else:
             _PREFETCH.set(None)
@@ -541,7 +571,7 @@ class SaverCore(BaseCheckpointSaver[str]):
                 and pre.key == (thread_id, ns, checkpoint_id)
                 and set(wanted) <= set(pre.channels)
             ):
-                got = self._history_answer(pre.plan, pre.channels, pre.rows)
+                got = self._history_answer(pre.plan, pre.channels, pre.rows, prefetched=True)
                 return {ch: got[ch] for ch in wanted}
         plan = cache.plan(thread_id, ns, checkpoint_id, wanted) if cache is not None else NO_PLAN
         rows = yield Stmt(
@@ -550,22 +580,27 @@ class SaverCore(BaseCheckpointSaver[str]):
             by_position=True,
             binary=True,
         )
+        self._walk.ran(rows)
         return self._history_answer(plan, wanted, rows)
 
     def _history_answer(
-        self, plan: Plan, channels: list[str], rows: list[tuple[Any, ...]]
+        self, plan: Plan, channels: list[str], rows: list[tuple[Any, ...]], *,
+        prefetched: bool = False,
     ) -> dict[str, DeltaChannelHistory]:
         """The answer built from the history statement's rows: through the cache (which
         keeps what they hold) when there is one and the thread fits it (a plan without a
         bucket asked the statement what a saver without a cache asks)."""
         cache = self.history_cache
         if cache is not None and plan.bucket is not None:
-            return cache.answer(
+            got = cache.answer(
                 plan, channels, rows, self.serde.loads_typed, self._raise_history_error
             )
+            self._walk.answered(prefetched=prefetched, uncached=False)
+            return got
         result = self._rows_to_history(channels, rows)
         if cache is not None:
             cache.answered_without(plan, rows)
+        self._walk.answered(prefetched=prefetched, uncached=cache is not None)
         return result
 
     def _raise_history_error(self, row: tuple[Any, ...]) -> None:

@@ -5,7 +5,12 @@
   snapshot (the typed ``delta_*`` columns; the metadata's
   ``counters_since_delta_snapshot`` when those are NULL, as on rows another saver wrote),
   how many ancestors a load walks to reach its seed, and the writes it replays;
-* the bytes the thread holds in checkpoints, blobs and writes.
+* the bytes the thread holds in checkpoints, blobs and writes;
+* with ``--load``: what loading the latest checkpoint costs the saver, read from its
+  counters (``saver.stats()``, docs/observability.md): LangGraph's two calls
+  (``get_tuple``, then ``get_delta_channel_history`` of the DeltaChannels) made twice on
+  one saver, cold then warm: statements, rows, checkpoints walked, prefetch and cache
+  hits, milliseconds, and what the cache holds after.
 
 Every statement is a block of ``sql/inspect.sql``. Failures are reported as one line
 that says what to do, never as a traceback (see :mod:`._cliutil`).
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import Any
 
 import psycopg
@@ -28,6 +34,7 @@ from psycopg.rows import dict_row
 from langgraph_delta_postgres import migrate as _migrate
 from langgraph_delta_postgres._cliutil import CliError, connect, db_error, resolve_dsn
 from langgraph_delta_postgres._sql import Queries
+from langgraph_delta_postgres.saver import DeltaPostgresSaver
 
 #: Depth guard of the walk query (as the saver's ``max_history_depth``).
 MAX_DEPTH = 1_000_000
@@ -147,12 +154,50 @@ def _reached(row: dict[str, Any]) -> str:
     return "broken chain"
 
 
+def load_report(
+    conn: psycopg.Connection[Any],
+    schema: str | None,
+    thread_id: str,
+    checkpoint_ns: str,
+    channels: list[str],
+) -> dict[str, Any]:
+    """``--load``: the latest checkpoint of the namespace loaded as LangGraph loads it
+    (``get_tuple``, then ``get_delta_channel_history`` of ``channels``), twice on one
+    saver with the default cache: per load, how the saver's counters moved (see
+    :class:`.SaverStats`) and how long it took; then the counters after both. Reads the
+    whole history once (the cold load): its blobs cross the network."""
+    saver = DeltaPostgresSaver(conn, schema=schema)
+    cfg: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}}
+    loads = []
+    for label in ("cold", "warm"):
+        before = saver.stats().as_dict()
+        started = time.perf_counter()
+        tup = saver.get_tuple(cfg)
+        if tup is not None and channels:
+            saver.get_delta_channel_history(config=tup.config, channels=channels)
+        ms = (time.perf_counter() - started) * 1000
+        after = saver.stats().as_dict()
+        moved = {
+            k: after[k] - before[k]
+            for k in after
+            if k not in ("cache_bytes", "cache_buckets", "cache_max_bytes")
+        }
+        loads.append({"load": label, "ms": round(ms, 2), **moved})
+    return {"channels": channels, "loads": loads, "stats": saver.stats().as_dict()}
+
+
 def thread_report(
-    conn: psycopg.Connection[Any], schema: str | None, thread_id: str, checkpoint_ns: str = ""
+    conn: psycopg.Connection[Any],
+    schema: str | None,
+    thread_id: str,
+    checkpoint_ns: str = "",
+    *,
+    load: bool = False,
 ) -> dict[str, Any] | None:
     """The whole report as a JSON-ready dict; ``None`` for an unknown thread.
 
     Raises :class:`CliError` when the thread has no checkpoint in ``checkpoint_ns``.
+    ``load``: add :func:`load_report` under ``"load"``.
     """
     q = Queries(schema)
     params = {"thread_id": thread_id}
@@ -200,7 +245,7 @@ def thread_report(
     for r in storage:
         totals[r["tbl"]]["rows"] += int(r["row_count"])
         totals[r["tbl"]]["bytes"] += int(r["bytes"])
-    return {
+    rep: dict[str, Any] = {
         "thread_id": thread_id,
         "schema": schema,
         "namespaces": [
@@ -246,6 +291,13 @@ def thread_report(
             for r in storage
         ],
     }
+    if load:
+        # as LangGraph asks: the DeltaChannels whose value is not stored at the checkpoint
+        needs = [
+            str(c["channel"]) for c in channels if c["walk_stops_at"] != "stored at the checkpoint"
+        ]
+        rep["load"] = load_report(conn, schema, thread_id, checkpoint_ns, needs)
+    return rep
 
 
 # ---------------------------------------------------------------------- rendering
@@ -333,7 +385,30 @@ def render_text(rep: dict[str, Any]) -> str:
         lines.append(
             f"  {t:<12} {rep['rows'][t]:>8} rows {human_bytes(rep['bytes'][t]):>11}{detail}"
         )
+    if "load" in rep:
+        lines += [""] + render_load(rep["load"])
     return "\n".join(lines)
+
+
+def render_load(load: dict[str, Any]) -> list[str]:
+    """The ``--load`` section: one line per load, then what the cache holds."""
+    chans = ", ".join(load["channels"]) or "no DeltaChannel"
+    lines = [f"load of the latest checkpoint (get_tuple + history of {chans}), saver counters"]
+    for d in load["loads"]:
+        lines.append(
+            f"  {d['load']:<5} {d['walk_statements']} statement(s), {d['walk_rows']:>6} rows, "
+            f"{d['walk_checkpoints']:>5} checkpoints walked, "
+            f"{d['walk_prefetch_hits']} of {d['walk_history_calls']} history call(s) from "
+            f"get_tuple's prefetch, cache {d.get('cache_hits', 0)} hit(s) / "
+            f"{d.get('cache_misses', 0)} miss(es), {d['ms']:.1f} ms"
+        )
+    st = load["stats"]
+    if "cache_bytes" in st:
+        lines.append(
+            f"  cache after: {st['cache_buckets']} bucket(s), {human_bytes(st['cache_bytes'])} "
+            f"of {human_bytes(st['cache_max_bytes'])}"
+        )
+    return lines
 
 
 # ---------------------------------------------------------------------- command
@@ -348,6 +423,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dsn", help="Postgres connection string (default: $DATABASE_URL)")
     p.add_argument("--schema", default=None, help="Postgres schema (default: search_path)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.add_argument(
+        "--load", action="store_true",
+        help="also load the latest checkpoint as LangGraph does (cold, then warm) and show "
+        "the saver's counters for those calls (reads the whole history once)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -360,7 +440,7 @@ def run(args: argparse.Namespace) -> int:
         ) as conn:
             check_migrated(conn, args.schema)
             try:
-                rep = thread_report(conn, args.schema, args.thread, args.ns)
+                rep = thread_report(conn, args.schema, args.thread, args.ns, load=args.load)
             except psycopg.Error as e:
                 raise db_error(e) from None
     except CliError as e:

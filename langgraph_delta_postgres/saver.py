@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from datetime import datetime
@@ -32,6 +33,8 @@ from ._core import (
     SaverCore,
     T,
     connect_kwargs,
+    debug_statements,
+    log_statement,
     wanted_channels,
 )
 
@@ -40,12 +43,16 @@ SyncConn = Connection[Any] | ConnectionPool[Any]
 
 def drive(cur: Cursor[Any], op: Op[T]) -> T:
     """Run an operation's statements on ``cur``, feeding each one's rows back."""
+    debug = debug_statements()
     try:
         stmt = next(op)
         while True:
+            started = time.perf_counter() if debug else 0.0
             cur.row_factory = tuple_row if stmt.by_position else dict_row
             cur.execute(stmt.query, stmt.params, binary=stmt.binary)
             rows = cur.fetchall() if stmt.fetch else []
+            if debug:
+                log_statement(op, stmt, started, rows)
             stmt = op.send(rows)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]

@@ -325,3 +325,37 @@ def test_unknown_database_is_one_line(pg_server: Any) -> None:
     p = cli("demo", "--turns", "1", "--dsn", bad)
     assert p.returncode == 1
     assert "does not exist" in one_line_error(p)
+
+
+def test_inspect_load_shows_the_saver_counters(dsn: str) -> None:
+    """--load: the latest checkpoint loaded cold then warm on one saver; the figures are
+    the saver's counters (saver.stats()) for those calls."""
+    made = _make_thread(dsn, "t-load")
+    p = cli("inspect", "--thread", "t-load", "--json", "--load", "--dsn", dsn)
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)
+    load = rep["load"]
+    # messages was just snapshotted: its value is in the checkpoint, no history asked
+    assert load["channels"] == ["files"]
+    cold, warm = load["loads"]
+    # get_tuple reads the history with the checkpoint; the history call takes it
+    for d in (cold, warm):
+        assert (d["load"], d["walk_statements"]) == (d["load"], 1)
+        assert (d["walk_history_calls"], d["walk_prefetch_hits"]) == (1, 1)
+    files = next(c for c in rep["delta_channels"] if c["channel"] == "files")
+    # cold: the walk reached back to the deepest seed (inspect's own walk depth)
+    assert cold["walk_checkpoints"] >= files["walk_depth"] > 1
+    assert cold["cache_hits"] == 0 and cold["cache_misses"] == 1
+    # warm: the cache held the chain; the walk stopped at once
+    assert warm["cache_hits"] == 1 and warm["walk_checkpoints"] <= 1
+    assert warm["walk_rows"] < cold["walk_rows"]
+    assert load["stats"]["cache_buckets"] == 1 and load["stats"]["cache_bytes"] > 0
+    assert len(made["tuples"]) > 0
+    assert "load" not in json.loads(cli("inspect", "--thread", "t-load", "--json",
+                                        "--dsn", dsn).stdout)
+
+    text = cli("inspect", "--thread", "t-load", "--load", "--dsn", dsn)
+    assert text.returncode == 0, text.stderr
+    assert "load of the latest checkpoint" in text.stdout
+    assert "  cold  1 statement(s)" in text.stdout and "cache after: 1 bucket(s)" in text.stdout
+    print(text.stdout)
