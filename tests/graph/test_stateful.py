@@ -21,11 +21,10 @@ CI runs a few short examples; ``-m slow`` (or ``LGDP_STATEFUL_EXAMPLES``) runs i
 from __future__ import annotations
 
 import copy
-import operator
 import os
 import uuid
 from collections import Counter
-from typing import Annotated, Any, TypedDict
+from typing import Any
 
 import psycopg
 import pytest
@@ -39,46 +38,16 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from langchain_core.runnables import RunnableConfig
-from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.postgres import PostgresSaver
-from langgraph.graph import END, START, StateGraph
 from psycopg.rows import dict_row
 
 from langgraph_delta_postgres import DeltaPostgresSaver
-from tests.graph._graphs import append_reducer
 from tests.graph._util import canon
+from tests.graph.test_orphan_writes import PutFault, graph_builder
 
-
-class State(TypedDict):
-    items: Annotated[list[Any], DeltaChannel(append_reducer, snapshot_frequency=3)]
-    log: Annotated[list[Any], DeltaChannel(append_reducer, snapshot_frequency=50)]
-    n: Annotated[int, operator.add]
-
-
-def _node(name: str) -> Any:
-    def node(state: State) -> dict[str, Any]:
-        return {"items": [f"{name}{state['n']}"], "log": [name], "n": 1}
-
-    return node
-
-
-def _builder() -> StateGraph:
-    b = StateGraph(State)
-    b.add_node("a", _node("a"))
-    b.add_node("b", _node("b"))
-    b.add_edge(START, "a")
-    b.add_edge("a", "b")
-    b.add_edge("b", END)
-    return b
-
-
-BUILDER = _builder()
-
-
-class PutFault(ConnectionError):
-    pass
+BUILDER = graph_builder()  # a -> b -> c, two DeltaChannel fields (test_orphan_writes)
 
 
 class FailingMixin:
