@@ -4,6 +4,7 @@ first, one-UPDATE version of 0004 still counts it as applied (issue 13, item 9).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Generator
 from typing import Any
 
@@ -59,6 +60,84 @@ def _interrupted_after(batches: int) -> Any:
             rows = yield step
 
     return plan
+
+
+def _killed_in_batch(batches: int, dsn: str) -> Any:
+    """A stand-in for migrate's plan that lets ``batches`` runs of a batched migration
+    commit, then has the next one's connection killed while that run's statement is
+    executing: every checkpoints row is locked from another connection, so the run waits
+    on a lock, and pg_terminate_backend ends its server process there."""
+    real = REAL_PLAN
+
+    def kill_when_waiting(blocker: psycopg.Connection[Any]) -> None:
+        with psycopg.connect(dsn, autocommit=True) as killer:
+            for _ in range(3000):
+                row = killer.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND pid <> %s AND query LIKE '%%stored_channels%%'",
+                    (blocker.info.backend_pid,),
+                ).fetchone()
+                if row is not None:
+                    killer.execute("SELECT pg_terminate_backend(%s, 10000)", (row[0],))
+                    KILLED.append(row[0])
+                    break
+                threading.Event().wait(0.01)
+        blocker.rollback()
+        blocker.close()
+
+    def plan(schema: str | None, migrations: list[Any]) -> Generator[Any, Any, Any]:
+        inner = real(schema, migrations)
+        seen = 0
+        rows = None
+        while True:
+            step = inner.send(rows) if rows is not None else next(inner)
+            params = step[1]
+            if params is not None and "after" in params:
+                if seen == batches:
+                    blocker = psycopg.connect(dsn)
+                    blocker.execute("SELECT 1 FROM checkpoints FOR UPDATE")
+                    THREADS.append(threading.Thread(target=kill_when_waiting, args=(blocker,)))
+                    THREADS[-1].start()
+                seen += 1
+            rows = yield step
+
+    return plan
+
+
+KILLED: list[int] = []
+THREADS: list[threading.Thread] = []
+
+
+def test_backfill_killed_mid_batch_resumes(
+    empty_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection is killed for real inside a batch: that batch's rows roll back, the
+    three before stay committed, and the next migrate finishes the rest."""
+    _official_database(empty_dsn)
+    KILLED.clear()
+    THREADS.clear()
+    monkeypatch.setattr(migrate_mod, "BATCH_ROWS", 7)
+    monkeypatch.setattr(migrate_mod, "_plan", _killed_in_batch(3, empty_dsn))
+    with psycopg.connect(empty_dsn, autocommit=True, row_factory=dict_row) as conn:
+        pid = conn.info.backend_pid
+        with pytest.raises(psycopg.OperationalError):
+            migrate(conn)
+        for t in THREADS:
+            t.join(timeout=60)
+            assert not t.is_alive()
+    assert KILLED == [pid], "the migrating connection was not the one killed"
+    monkeypatch.setattr(migrate_mod, "_plan", REAL_PLAN)
+    with psycopg.connect(empty_dsn, autocommit=True, row_factory=dict_row) as conn:
+        filled = conn.execute(
+            "SELECT count(*) AS n FROM checkpoints WHERE stored_channels IS NOT NULL"
+        ).fetchone()["n"]  # type: ignore[index]
+        assert filled == 21  # three batches of 7 committed; the killed one rolled back
+        st = status(conn)
+        assert BACKFILL in [m.name for m in st.pending] and not st.drifted
+        applied = migrate(conn)
+        assert BACKFILL in [m.name for m in applied]
+        assert actual_columns(conn) == expected_backfill(conn)
+        assert migrate(conn) == [] and status(conn).ok
 
 
 def test_backfill_runs_in_committed_batches_and_resumes(
