@@ -24,6 +24,10 @@
   every :data:`VACUUM_EVERY_BATCHES` runs and at the end, so that the space of the row
   versions the batches replaced is reused by the next batches instead of growing the
   table (an UPDATE of every row otherwise doubles it until a VACUUM FULL).
+* Behind a connection pooler (PgBouncer and the like) the runner takes no lock: when
+  every file is applied it returns at once, as on a direct connection; when some are
+  pending it refuses before changing anything, saying to run migrations on a direct
+  connection (see :data:`POOLED`).
 
 The runner is a generator of steps shared by :func:`migrate` and :func:`amigrate`.
 """
@@ -65,6 +69,28 @@ LOCK_POLL_SECONDS = 0.05
 # Migrations run with the server's planner defaults, whatever the connection's startup
 # options say (see _core.GENERIC_PLANS); the session's own values are restored after.
 PLANNER_DEFAULTS = {"enable_seqscan": "on", "plan_cache_mode": "auto"}
+
+#: Why migrations refuse to run through a pooler. In PgBouncer's transaction mode (and
+#: statement mode) each statement of an autocommit connection may run on another server
+#: connection: the session-level advisory lock would be taken on one backend and
+#: "released" on another (pg_advisory_unlock returns false there), staying held on the
+#: first for as long as PgBouncer keeps it, and the session-level planner settings would
+#: leak into other clients' transactions. Detection: a pooler answers the client's startup
+#: itself, with a cancel key of its own, so the backend pid the connection was given
+#: (``conn.info.backend_pid``) is not the ``pg_backend_pid()`` of the server process that
+#: runs its statements; on a direct connection the two are always equal. (Comparing
+#: pg_backend_pid() between statements is no test: an idle PgBouncer hands one client the
+#: same server connection again and again.) A session-mode pooler looks the same from the
+#: client and is refused too: the client cannot tell the modes apart.
+POOLED = (
+    "{n} migration(s) pending, and this connection goes through a connection pooler "
+    "(PgBouncer or similar: the server process {actual} is not the backend {reported} "
+    "the connection was given): migrations hold a session-level advisory lock across "
+    "many statements, which a pooler in transaction mode does not keep. Run them on a "
+    "direct connection to Postgres: `langgraph-delta-pg migrate --dsn <direct DSN>`, or "
+    "setup() on a saver of a direct connection; then setup() through the pooler finds "
+    "nothing to do and returns (see docs/poolers.md)"
+)
 
 
 class MigrationError(RuntimeError):
@@ -238,6 +264,35 @@ def _locked(row: dict[str, Any] | None) -> bool:
     return bool(row and row["locked"])
 
 
+def _pooled(conn: Connection[Any] | AsyncConnection[Any], row: dict[str, Any] | None) -> bool:
+    """Whether ``conn`` reaches Postgres through a pooler (``row``: migrate.backend_pid)."""
+    return row is not None and int(row["pid"]) != conn.info.backend_pid
+
+
+def _pooled_verdict(
+    conn: Connection[Any] | AsyncConnection[Any],
+    row: dict[str, Any],
+    migrations: list[Migration],
+    ledger: list[dict[str, Any]],
+) -> list[Migration]:
+    """Through a pooler: nothing to apply (``[]``), or a MigrationError (drift, pending)."""
+    st = _compare(migrations, ledger)
+    if st.drifted:
+        raise MigrationError(
+            "migrations drifted from the ledger; nothing was applied:\n" + describe_drift(st)
+        )
+    if st.pending:
+        raise MigrationError(
+            POOLED.format(n=len(st.pending), actual=row["pid"], reported=conn.info.backend_pid)
+        )
+    return []
+
+
+def _ledger_name(schema: str | None) -> sql.Identifier:
+    # to_regclass() parses a qualified name: quote the schema as an identifier.
+    return sql.Identifier(schema, LEDGER) if schema else sql.Identifier(LEDGER)
+
+
 def _check_idle(conn: Connection[Any] | AsyncConnection[Any]) -> None:
     if conn.info.transaction_status != 0:  # pq.TransactionStatus.IDLE
         raise MigrationError(
@@ -256,6 +311,14 @@ def migrate(conn: Connection[Any], *, schema: str | None = None) -> list[Migrati
     conn.autocommit = True
     try:
         with conn.cursor(row_factory=dict_row) as cur:
+            pid = cur.execute(q["migrate.backend_pid"], prepare=False).fetchone()
+            if pid is not None and _pooled(conn, pid):
+                ledger = {"ledger": _ledger_name(schema).as_string(conn)}
+                found = cur.execute(q["migrate.ledger_exists"], ledger, prepare=False).fetchone()
+                rows = []
+                if found and found["found"]:
+                    rows = cur.execute(q["migrate.select_ledger"], prepare=False).fetchall()
+                return _pooled_verdict(conn, pid, migrations, rows)
             while not _locked(cur.execute(q["migrate.try_lock"], key, prepare=False).fetchone()):
                 time.sleep(LOCK_POLL_SECONDS)
             saved = cur.execute(q["migrate.planner_settings"], prepare=False).fetchone()
@@ -291,6 +354,18 @@ async def amigrate(conn: AsyncConnection[Any], *, schema: str | None = None) -> 
     await conn.set_autocommit(True)
     try:
         async with conn.cursor(row_factory=dict_row) as cur:
+            pid = await (await cur.execute(q["migrate.backend_pid"], prepare=False)).fetchone()
+            if pid is not None and _pooled(conn, pid):
+                ledger = {"ledger": _ledger_name(schema).as_string(conn)}
+                found = await (
+                    await cur.execute(q["migrate.ledger_exists"], ledger, prepare=False)
+                ).fetchone()
+                rows = []
+                if found and found["found"]:
+                    rows = await (
+                        await cur.execute(q["migrate.select_ledger"], prepare=False)
+                    ).fetchall()
+                return _pooled_verdict(conn, pid, migrations, rows)
             while not _locked(
                 await (await cur.execute(q["migrate.try_lock"], key, prepare=False)).fetchone()
             ):
@@ -331,8 +406,7 @@ def status(conn: Connection[Any], *, schema: str | None = None) -> Status:
     """Applied, pending and drifted migrations, without changing anything."""
     migrations = discover()
     q = Queries(schema)
-    # to_regclass() parses a qualified name: quote the schema as an identifier.
-    ledger = sql.Identifier(schema, LEDGER) if schema else sql.Identifier(LEDGER)
+    ledger = _ledger_name(schema)
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(q["migrate.ledger_exists"], {"ledger": ledger.as_string(conn)})
         row = cur.fetchone()

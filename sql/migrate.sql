@@ -7,6 +7,13 @@
 -- Result column: locked (bool).
 SELECT pg_try_advisory_lock(%(key)s) AS locked
 
+-- name: backend_pid
+-- The server process of this statement. A direct connection learns the same number at
+-- startup (BackendKeyData, psycopg's conn.info.backend_pid); a pooler such as PgBouncer
+-- answers startup itself with a made-up key, so the two differ behind one (see
+-- migrate.py, POOLED). Result column: pid (int).
+SELECT pg_backend_pid() AS pid
+
 -- name: unlock
 SELECT pg_advisory_unlock(%(key)s)
 
