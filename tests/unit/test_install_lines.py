@@ -37,7 +37,10 @@ HINT_CALL = re.compile(r"install_hint\(\s*['\"](\w+)['\"]\s*\)")
 def doc_commands() -> list[tuple[str, str, bool]]:
     """(where, command, published) for every ``pip install`` in README.md and docs/."""
     found = []
-    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+    # docs/release.md is left out: its commands are the publishing steps themselves
+    # (install from TestPyPI, twine), run at release time, not by a user of a clone
+    docs = [p for p in sorted((ROOT / "docs").glob("*.md")) if p.name != "release.md"]
+    for path in [ROOT / "README.md", *docs]:
         text = path.read_text(encoding="utf-8")
         for m in COMMAND.finditer(text):
             if not [a for a in shlex.split(m.group("args").strip(" `")) if a != "-e"]:
