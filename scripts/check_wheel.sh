@@ -116,7 +116,8 @@ PY
 "$BIN/python" graph.py "$DSN" a b c d
 "$BIN/python" graph.py "$DSN" e | tee "$WORK/state"
 grep -q "'a', 'echo: a', 'b', 'echo: b', 'c', 'echo: c', 'd', 'echo: d', 'e', 'echo: e'" "$WORK/state"
-"$BIN/langgraph-delta-pg" inspect --thread wheel --dsn "$DSN" | head -3
+"$BIN/langgraph-delta-pg" inspect --thread wheel --dsn "$DSN" >"$WORK/inspect.txt"
+head -3 "$WORK/inspect.txt"
 
 step "stop the server"
 kill "$PG_PID" && wait "$PG_PID" && PG_PID=""
