@@ -5,7 +5,9 @@ tests.
 :func:`embedded_postgres` starts a server in a new temporary directory and removes the
 server and the directory on exit, on error and on Ctrl-C alike; given a directory, it keeps
 the data there (stopping the server on exit) and reuses it on the next start. The server
-listens on a Unix socket only (no TCP port): the DSN names the socket directory.
+listens on a Unix socket only (no TCP port): the DSN names the socket directory. A
+watchdog process (:mod:`._watchdog`) stops the server and removes its temporary directory
+when the process that started it dies without cleaning up (SIGKILL, the OOM killer).
 """
 
 from __future__ import annotations
@@ -20,11 +22,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-INSTALL_HINT = "pip install 'langgraph-delta-postgres[embedded]'"
+from . import _watchdog
+from ._install import install_hint
+
+INSTALL_HINT = install_hint("embedded")
 
 
 class EmbeddedPostgresUnavailable(RuntimeError):
-    """The embedded server cannot run here; the message says what to do instead."""
+    """The embedded server cannot run here; the message says why (the CLI adds what to do
+    instead). ``code``: the CLI's exit code, 2 for a missing optional dependency as for
+    every command whose extra is missing, else 1."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def _import_pgserver() -> Any:
@@ -32,7 +43,8 @@ def _import_pgserver() -> Any:
         raise EmbeddedPostgresUnavailable(
             f"the embedded Postgres has no wheel for Python "
             f"{sys.version_info.major}.{sys.version_info.minor} (it supports 3.11-3.13): "
-            "use Python 3.11-3.13, or pass --dsn / set DATABASE_URL to a Postgres you run"
+            "use Python 3.11-3.13",
+            code=2,
         )
     try:
         with warnings.catch_warnings():
@@ -40,8 +52,7 @@ def _import_pgserver() -> Any:
             import pgserver
     except ImportError:
         raise EmbeddedPostgresUnavailable(
-            "the embedded Postgres is not installed: "
-            f"{INSTALL_HINT}, or pass --dsn / set DATABASE_URL"
+            f"the embedded Postgres is not installed: {INSTALL_HINT}", code=2
         ) from None
     return pgserver
 
@@ -78,6 +89,8 @@ def embedded_postgres(directory: str | os.PathLike[str] | None = None) -> Iterat
         data.mkdir(parents=True, exist_ok=True)
         mode = "stop"
     srv = None
+    # the server must not outlive this process, even one killed with SIGKILL
+    guard = _watchdog.guard(data, remove=directory is None)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -89,6 +102,7 @@ def embedded_postgres(directory: str | os.PathLike[str] | None = None) -> Iterat
                 srv.cleanup()
         if directory is None:
             shutil.rmtree(data, ignore_errors=True)
+        _watchdog.release(guard)
 
 
 @contextlib.contextmanager
@@ -101,7 +115,7 @@ def started(directory: str | os.PathLike[str] | None = None, *, fallback: str) -
     try:
         dsn = stack.enter_context(embedded_postgres(directory))
     except EmbeddedPostgresUnavailable as e:
-        raise CliError(str(e)) from None
+        raise CliError(f"{e}; {fallback}", e.code) from None
     except Exception as e:
         stack.close()
         raise CliError(

@@ -22,6 +22,7 @@ import psycopg
 from ._checks import INT4_MAX
 from ._cliutil import CliError, connect, db_error, resolve_dsn, setup_required
 from ._core import HistoryError, PruneStats
+from ._install import install_hint
 from .saver import DeltaPostgresSaver
 
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -129,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
         from rich.table import Table
     except ImportError:
         print(
-            "error: the prune command needs rich: pip install 'langgraph-delta-postgres[cli]'",
+            f"error: the prune command needs rich: {install_hint('cli')}",
             file=sys.stderr,
         )
         return 2  # like demo and bench without their extras
@@ -157,13 +158,17 @@ def run(args: argparse.Namespace) -> int:
                 else:
                     n_threads = _count_threads(saver)
                     pages = _thread_pages(saver, args.batch)
+                err_console = Console(stderr=True)
                 progress = Progress(
                     "[progress.description]{task.description}",
                     BarColumn(),
                     MofNCompleteColumn(),
                     TimeElapsedColumn(),
-                    console=Console(stderr=True),
+                    console=err_console,
                     transient=True,
+                    # off a terminal the bar draws nothing but its closing newline, which
+                    # came before an error as an empty stderr line
+                    disable=not err_console.is_terminal,
                 )
                 with progress:
                     bar = progress.add_task("pruning threads", total=n_threads)

@@ -33,7 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-BENCH_INSTALL_HINT = "pip install 'langgraph-delta-postgres[bench]'"
+from ._install import install_hint
+
+BENCH_INSTALL_HINT = install_hint("bench")
 RTTS = {"0": 0.0, "0.5": 0.5, "2": 2.0}
 
 
@@ -180,8 +182,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             results = _run(args, scale)
     except EmbeddedPostgresUnavailable as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        print(f"error: {e}; or pass --dsn to a Postgres you run", file=sys.stderr)
+        return e.code
     except psycopg.OperationalError as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
         print(f"error: the database failed during the run: {msg}", file=sys.stderr)

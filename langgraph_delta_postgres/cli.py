@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from . import _embedded
+from . import __version__, _embedded
 from . import migrate as _migrate
 from ._cliutil import CliError, connect, db_error, resolve_dsn
 from ._sql import check_schema
@@ -108,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="langgraph-delta-pg",
         description="Postgres checkpointer for LangGraph with SQL-side DeltaChannel history",
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     def db_args(sp: argparse.ArgumentParser) -> None:

@@ -54,6 +54,7 @@ from psycopg.rows import dict_row
 
 from langgraph_delta_postgres import _embedded
 from langgraph_delta_postgres._cliutil import CliError, connect, db_error, resolve_dsn
+from langgraph_delta_postgres._install import install_hint
 from langgraph_delta_postgres._sql import Queries
 from langgraph_delta_postgres.inspect import human_bytes, thread_bytes, walk_depths
 
@@ -65,8 +66,8 @@ RESUME_REPEATS = 5
 PAGE_SIZE = 10
 PAGE_REPEATS = 3
 SAMPLE_REPEATS = 3
-DEMO_HINT = "pip install 'langgraph-delta-postgres[demo]'"
-PLOT_HINT = "pip install 'langgraph-delta-postgres[bench]'"
+DEMO_HINT = install_hint("demo")
+PLOT_HINT = install_hint("bench")
 
 
 def missing_deps() -> list[str]:

@@ -15,6 +15,7 @@ import pytest
 
 from langgraph_delta_postgres import bench
 from langgraph_delta_postgres._bench.proxy import LatencyProxy
+from langgraph_delta_postgres._install import install_hint
 from tests.plugins.postgres import PgServer
 
 
@@ -116,7 +117,7 @@ def test_missing_dependencies_exit_2(
     monkeypatch.setattr(bench, "_missing_deps", lambda: ["matplotlib"])
     assert bench.run(_args()) == 2
     err = capsys.readouterr().err
-    assert "pip install 'langgraph-delta-postgres[bench]'" in err
+    assert install_hint("bench") in err
     assert "Traceback" not in err
 
 

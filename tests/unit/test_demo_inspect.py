@@ -112,9 +112,10 @@ def test_demo_without_its_extra_says_what_to_install() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
     )
     assert p.returncode == 2
-    assert one_line_error(p) == (
-        "error: the demo needs tqdm: pip install 'langgraph-delta-postgres[demo]'"
-    )
+    from langgraph_delta_postgres._install import install_hint
+
+    # the command that works from this clone, then the published form
+    assert one_line_error(p) == f"error: the demo needs tqdm: {install_hint('demo')}"
 
 
 def _demo_schemas(dsn: str) -> list[str]:

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -143,3 +144,73 @@ def test_dir_that_is_not_a_data_directory_is_refused(tmp: Path) -> None:
     assert p.stdout == ""
     assert "not a Postgres data directory" in one_line_error(p)
     assert (other / "todo.txt").read_text() == "keep me"
+
+
+def test_sigkill_leaves_no_server_and_no_directory(tmp: Path) -> None:
+    # SIGKILL runs no handler in the command: its watchdog process stops the server and
+    # removes the directory once the command is gone (issue 23)
+    served = serve(tmp)
+    assert _turns(served.dsn, "t1", ["a"]) == ["a", "echo a"]
+    assert postgres_processes_under(tmp) != []
+    served.proc.kill()
+    served.proc.communicate(timeout=START_TIMEOUT)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if postgres_processes_under(tmp) == [] and list(tmp.iterdir()) == []:
+            break
+        time.sleep(0.2)
+    assert postgres_processes_under(tmp) == []
+    assert list(tmp.iterdir()) == []
+
+
+def test_sigkill_with_dir_stops_the_server_and_keeps_the_data(tmp: Path) -> None:
+    data = tmp / "pgdata"
+    served = serve(tmp, "--dir", str(data))
+    assert _turns(served.dsn, "kept", ["a"]) == ["a", "echo a"]
+    served.proc.kill()
+    served.proc.communicate(timeout=START_TIMEOUT)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and pgrep(data):
+        time.sleep(0.2)
+    assert pgrep(data) == []
+    assert (data / "PG_VERSION").exists()
+    served = serve(tmp, "--dir", str(data))  # and the next start finds the thread
+    try:
+        assert _turns(served.dsn, "kept", ["b"]) == ["a", "echo a", "b", "echo b"]
+    finally:
+        code, err = served.stop()
+    assert code == 0, err
+
+
+def pgrep(data: Path) -> list[str]:
+    p = subprocess.run(["pgrep", "-af", str(data)], capture_output=True, text=True, check=False)
+    return [ln for ln in p.stdout.splitlines() if "pgrep" not in ln]
+
+
+def test_without_the_embedded_extra_exit_2_and_say_what_to_install() -> None:
+    code = (
+        "import sys; sys.modules['pgserver'] = None\n"
+        "from langgraph_delta_postgres.cli import main\n"
+        "sys.exit(main(['postgres']))\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert p.returncode == 2, p.stderr  # a missing extra, as for demo, bench and prune
+    assert p.stdout == ""
+    err = one_line_error(p)
+    assert "the embedded Postgres is not installed: pip install" in err
+    assert "[embedded]" in err and "once published" in err
+    assert "--dsn" not in err  # the postgres command takes none
+    assert err.endswith("use a Postgres you run instead"), err
+
+
+def test_version() -> None:
+    from langgraph_delta_postgres import __version__
+
+    p = subprocess.run(
+        [sys.executable, "-m", "langgraph_delta_postgres", "--version"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == f"langgraph-delta-pg {__version__}"

@@ -144,8 +144,8 @@ def test_prune_of_a_never_migrated_database_says_to_migrate(empty_dsn: str, how:
     res = run("prune", "--dsn", empty_dsn, *how)
     assert res.returncode == 1
     assert "Traceback" not in res.stderr
-    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, res.stderr
+    lines = res.stderr.splitlines()  # no empty line before the error (issue 23)
+    assert len(lines) == 1, repr(res.stderr)
     assert lines[0].startswith("error: the checkpoint tables are missing or not migrated")
     assert "run `langgraph-delta-pg migrate`" in lines[0]
     assert "setup()" not in lines[0] and "LINE" not in lines[0]

@@ -1,0 +1,127 @@
+"""The embedded Postgres must not outlive the process that started it.
+
+Postgres's postmaster is a daemon (``pg_ctl`` detaches it), so it survives its starter's
+death: a ``langgraph-delta-pg postgres`` (or demo, benchmark, test session) killed with
+SIGKILL, or by the OOM killer, used to leave a server running and its directory behind.
+Nothing in the dying process can run then, so the guard is a second process:
+
+:func:`guard` starts this file as a script (standard library only, nothing of the package
+imported, so it starts in tens of milliseconds) with a pipe on its stdin whose only write
+end the starter holds. The watchdog blocks reading it. When the starter ends for any
+reason the kernel closes that end and the read returns EOF:
+
+- the starter said ``done`` first (it stopped the server and cleaned up itself): exit;
+- otherwise the starter died: stop the postmaster named in ``DATA/postmaster.pid``
+  (SIGQUIT, Postgres's immediate shutdown; SIGKILL if it is still there after 10 s) and,
+  unless told to keep the data (``--dir``), remove the directory.
+
+The watchdog is in a session of its own and ignores SIGINT, SIGTERM and SIGHUP, so a
+Ctrl-C in the terminal or a signal to the starter's process group leaves it to do its
+work. (``PR_SET_PDEATHSIG`` would not do: it applies to the process that sets it, and the
+postmaster is not ours to change.)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+DONE = b"done\n"
+STOP_TIMEOUT_S = 10.0
+
+
+def guard(data: Path, *, remove: bool) -> subprocess.Popen[bytes]:
+    """Start the watchdog of the server in ``data``; call :func:`release` once the server
+    has been stopped (and ``data`` removed, if ``remove``) the ordinary way."""
+    return subprocess.Popen(
+        [sys.executable, "-I", os.path.abspath(__file__), str(data), "1" if remove else "0"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
+def release(proc: subprocess.Popen[bytes]) -> None:
+    """Tell the watchdog that the starter cleaned up: it exits without touching anything."""
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(DONE)
+        proc.stdin.close()
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie nobody reaped yet is gone for our purposes
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _postmaster_pid(data: Path) -> int | None:
+    try:
+        first = (data / "postmaster.pid").read_text().splitlines()[0]
+        return int(first)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def stop_server(data: Path) -> None:
+    """Stop the postmaster of ``data`` now, whatever it is doing (immediate shutdown)."""
+    pid = _postmaster_pid(data)
+    if pid is None or pid <= 1:
+        return
+    for sig, wait in ((signal.SIGQUIT, STOP_TIMEOUT_S), (signal.SIGKILL, STOP_TIMEOUT_S)):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if not _alive(pid):
+                return
+            time.sleep(0.05)
+
+
+def main(argv: list[str]) -> int:
+    data, remove = Path(argv[0]), argv[1] == "1"
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    said = b""
+    while True:  # until EOF: the starter closed the pipe, or died
+        try:
+            chunk = os.read(0, 64)
+        except InterruptedError:
+            continue
+        if not chunk:
+            break
+        said += chunk
+    if said.endswith(DONE):
+        return 0
+    stop_server(data)
+    if remove:
+        shutil.rmtree(data, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
