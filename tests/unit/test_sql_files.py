@@ -16,6 +16,8 @@ PACKAGE = Path(langgraph_delta_postgres.__file__).parent
 SQL_DIR = Path(str(data_dir("sql")))
 # dotted string literals in the package that are documentation, not query keys
 NOT_KEYS = {"file.block"}
+#: dotted literals that are file names (pyproject.toml, postmaster.pid), not query keys
+FILE_SUFFIXES = (".py", ".sql", ".toml", ".pid")
 
 
 def all_keys() -> dict[str, str]:
@@ -41,7 +43,7 @@ def referenced() -> set[str]:
         for lit in re.findall(r"""["']([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)?)["']""",
                               py.read_text(encoding="utf-8")):
             if "." in lit and lit not in NOT_KEYS:
-                if lit.split(".")[0] in stems or not lit.endswith((".py", ".sql")):
+                if lit.split(".")[0] in stems or not lit.endswith(FILE_SUFFIXES):
                     found.add(lit)
             elif lit in single:
                 found.add(lit)
