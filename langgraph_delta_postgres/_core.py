@@ -539,16 +539,22 @@ class SaverCore(BaseCheckpointSaver[str]):
         if before is not None and (before_id := get_checkpoint_id(before)):
             params["before"] = before_id
             preds.append("checkpoints.where_before")
+        if limit is not None and int(limit) <= 0:
+            return []
+        # without a thread, only the keys go through the sort (see checkpoints.keys_newest)
+        by_key = config is None and limit is not None
         parts: list[sql.Composable] = [q["checkpoints.select_tuples"]]
+        if by_key:
+            parts.append(q["checkpoints.keys_newest"])
         if preds:
             parts += [sql.SQL("WHERE"), q.join(*preds, sep=" AND ")]
         if limit is not None:
-            if int(limit) <= 0:
-                return []
             params["limit"] = int(limit)
             parts.append(q["checkpoints.order_newest_limit"])
         else:
             parts.append(q["checkpoints.order_newest"])
+        if by_key:
+            parts.append(q["checkpoints.keys_end"])
         parts.append(q["checkpoints.tuples_of"])
         rows = yield Stmt(sql.SQL(" ").join(parts), params, binary=True)
         with gc_paused():  # see _cache.gc_paused

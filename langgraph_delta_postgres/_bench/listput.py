@@ -9,6 +9,10 @@ on a deep thread, ours against the official saver (direct connection, 0 ms RTT).
 * **list**: ``list({"thread_id": T}, limit=n)`` and ``list(None, limit=n)`` for
   n in (1, 10) on a thread of ``list_depth`` checkpoints written by the official saver
   (with ``put_writes``), interleaved rounds, ratio round by round.
+* **list among many threads**: ``list(None, limit=n)`` after ``list_threads[i]`` small
+  threads (copies of a 20-checkpoint thread written by the official saver) are in the
+  database, interleaved rounds at each count (the database also holds the rows of the
+  sections before this one, so the table's totals are reported).
 * **big value**: one channel value of ``big_mb`` MB (random bytes, which TOAST cannot
   compress), as a ``_DeltaSnapshot``: ``put`` of it, ``get_tuple`` of that checkpoint,
   and the history call of its child (the value is the seed), interleaved rounds.
@@ -29,7 +33,7 @@ from .._compat import _DeltaSnapshot
 from .._core import DEFAULT_PREPARE_THRESHOLD
 from .._workloads import build_graph, user_input
 from .common import Interleaved, connect_official, connect_ours, ratio_summary, summary
-from .rows import write_chain
+from .rows import copy_threads, write_chain
 
 LIST_LIMITS = (1, 10)
 
@@ -42,15 +46,16 @@ class ListPutScale:
     rounds: int
     big_mb: int
     big_rounds: int
+    list_threads: tuple[int, ...]
 
 
 SCALES = {
     "full": ListPutScale(turns=500, freqs=(1, 10, 50), list_depth=3000, rounds=31,
-                         big_mb=50, big_rounds=7),
+                         big_mb=50, big_rounds=7, list_threads=(300, 2000, 10_000)),
     "quick": ListPutScale(turns=60, freqs=(1, 10, 50), list_depth=500, rounds=21,
-                          big_mb=5, big_rounds=5),
+                          big_mb=5, big_rounds=5, list_threads=(300, 2000)),
     "tiny": ListPutScale(turns=6, freqs=(1, 50), list_depth=30, rounds=3,
-                         big_mb=1, big_rounds=2),
+                         big_mb=1, big_rounds=2, list_threads=(20,)),
 }
 
 
@@ -123,8 +128,44 @@ def run_listput(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[s
                     f"{m['ours']['median_ms']:.2f} / official {m['official']['median_ms']:.2f} "
                     f"ms, ours/official x{m['ratio_ours_official']['median']:.2f}"
                     + ("" if m["results_equal"] else "  !! RESULTS DIFFER"))
+        res["many_threads"] = _many_threads(savers, oc, fc, scale, log)
         res["big"] = _big_value(savers, scale, log)
     return res
+
+
+def _many_threads(savers: dict[str, Any], oc: Any, fc: Any, scale: ListPutScale,
+                  log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """``list(None, limit=n)`` as small threads are added, up to each of ``list_threads``."""
+    with fc.transaction():
+        write_chain(savers["official"], "small-tpl", 20, ("messages", "files"), seed=11)
+    out: list[dict[str, Any]] = []
+    have = 0
+    for count in scale.list_threads:
+        t0 = time.perf_counter()
+        copy_threads(oc, "small-tpl", count - have, f"small-{count}-")
+        have = count
+        row = oc.execute("SELECT count(DISTINCT thread_id), count(*) FROM checkpoints").fetchone()
+        threads, rows = row if isinstance(row, tuple) else tuple(row.values())
+        log(f"  list: {count} small threads copied ({time.perf_counter() - t0:.1f}s); "
+            f"{threads} threads, {rows} checkpoints in the table")
+        for n in LIST_LIMITS:
+            # the copies share their checkpoint ids: ties in checkpoint_id order are
+            # returned in any order by either saver, so the ids are compared, in order
+            got = {k: [t.config["configurable"]["checkpoint_id"] for t in s.list(None, limit=n)]
+                   for k, s in savers.items()}
+            iv = Interleaved()
+            iv.run({k: (lambda s=s, n=n: list(s.list(None, limit=n))) for k, s in savers.items()},
+                   scale.rounds, warmup=DEFAULT_PREPARE_THRESHOLD + 1)
+            m = {"small_threads": count, "threads": threads, "checkpoints": rows, "limit": n,
+                 "ours": iv.stats("ours"), "official": iv.stats("official"),
+                 "ratio_ours_official": iv.ratio("ours", "official"),
+                 "results_equal": got["ours"] == got["official"]}
+            out.append(m)
+            log(f"  list(None, limit={n}) among {threads} threads ({rows} checkpoints): ours "
+                f"{m['ours']['median_ms']:.2f} / official {m['official']['median_ms']:.2f} ms, "
+                f"ours/official x{m['ratio_ours_official']['median']:.2f}"
+                + ("" if m["results_equal"] else "  !! RESULTS DIFFER"))
+    return out
 
 
 def _big_value(savers: dict[str, Any], scale: ListPutScale, log: Callable[[str], None]
@@ -185,6 +226,10 @@ def headline(res: dict[str, Any]) -> dict[str, Any]:
     for key, m in lp["list"].items():
         h["list_" + key.replace(", ", "_").replace("=", "").replace(" ", "_")] = {
             "depth": m["depth"], "ours_over_official": m["ratio_ours_official"]["median"]}
+    for m in lp.get("many_threads", []):
+        h[f"list_None_limit{m['limit']}_{m['small_threads']}_small_threads"] = {
+            "threads": m["threads"], "checkpoints": m["checkpoints"],
+            "ours_over_official": m["ratio_ours_official"]["median"]}
     if big := lp.get("big"):
         for call in ("put", "get_tuple", "history"):
             h[f"big_value_{call}"] = {
@@ -228,6 +273,17 @@ def markdown(res: dict[str, Any]) -> list[str]:
         L.append(f"| list({cfg}, limit={m['limit']}) | {m['depth']} | {_ms(m['ours'])} "
                  f"| {_ms(m['official'])} | {_x(m['ratio_ours_official'])} "
                  f"| {'yes' if m['results_equal'] else 'NO'} |")
+    if many := lp.get("many_threads"):
+        L += ["", "`list(None, limit=n)` as small threads (copies of a 20-checkpoint thread "
+              "written by the official saver) are added; the table also holds the rows of "
+              "the sections before (target <= 1.0x):", "",
+              "| call | small threads added | threads | checkpoints | ours ms | official ms "
+              "| ours/official | equal ids |", "|---|---|---|---|---|---|---|---|"]
+        for m in many:
+            L.append(f"| list(None, limit={m['limit']}) | {m['small_threads']:,} "
+                     f"| {m['threads']:,} | {m['checkpoints']:,} | {_ms(m['ours'])} "
+                     f"| {_ms(m['official'])} | {_x(m['ratio_ours_official'])} "
+                     f"| {'yes' if m['results_equal'] else 'NO'} |")
     if big := lp.get("big"):
         L += ["", f"One {big['mb']} MB value (random bytes) as a `_DeltaSnapshot`: `put`, "
               "`get_tuple` of its checkpoint, the history call of its child (the value is the "
@@ -238,3 +294,33 @@ def markdown(res: dict[str, Any]) -> list[str]:
             L.append(f"| {call} | {_ms(m['ours'])} | {_ms(m['official'])} "
                      f"| {_x(m['ratio_ours_official'])} |")
     return L + [""]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m langgraph_delta_postgres._bench.listput [full|quick|tiny]``: the
+    many-threads ``list`` part alone, on an embedded Postgres (a scratch database)."""
+    import sys
+    import uuid
+
+    import psycopg
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    from .._embedded import embedded_postgres
+    from ..migrate import migrate
+    from .common import freeze_autovacuum, scratch_database
+
+    args = sys.argv[1:] if argv is None else argv
+    scale = SCALES[args[0] if args else "full"]
+    with embedded_postgres() as server, scratch_database(server, uuid.uuid4().hex[:10]) as (
+        dsn, _
+    ):
+        with psycopg.connect(dsn, autocommit=True) as meter:
+            migrate(meter)
+            freeze_autovacuum(meter)
+        with connect_ours(dsn) as oc, connect_official(dsn) as fc:
+            savers = {"ours": DeltaPostgresSaver(oc), "official": PostgresSaver(fc)}
+            _many_threads(savers, oc, fc, scale, print)
+
+
+if __name__ == "__main__":
+    main()
