@@ -41,9 +41,9 @@ def _official_database(dsn: str) -> None:
             run(kind, GRAPHS[kind](off), f"t{i}", 4, 0)
 
 
-def _interrupted_after(batches: int) -> Any:
-    """A stand-in for migrate's plan that stops the run once ``batches`` runs of a
-    batched migration have committed."""
+def _before_batch(batches: int, action: Any) -> Any:
+    """A stand-in for migrate's plan that calls ``action()`` once ``batches`` runs of a
+    batched migration have committed, before the next run is sent."""
     real = REAL_PLAN
 
     def plan(schema: str | None, migrations: list[Any]) -> Generator[Any, Any, Any]:
@@ -55,11 +55,20 @@ def _interrupted_after(batches: int) -> Any:
             params = step[1]
             if params is not None and "after" in params:
                 if seen == batches:
-                    raise Interrupted
+                    action()
                 seen += 1
             rows = yield step
 
     return plan
+
+
+def _interrupted_after(batches: int) -> Any:
+    """migrate's plan stopped once ``batches`` runs of a batched migration committed."""
+
+    def stop() -> None:
+        raise Interrupted
+
+    return _before_batch(batches, stop)
 
 
 def _killed_in_batch(batches: int, dsn: str) -> Any:
@@ -67,7 +76,6 @@ def _killed_in_batch(batches: int, dsn: str) -> Any:
     commit, then has the next one's connection killed while that run's statement is
     executing: every checkpoints row is locked from another connection, so the run waits
     on a lock, and pg_terminate_backend ends its server process there."""
-    real = REAL_PLAN
 
     def kill_when_waiting(blocker: psycopg.Connection[Any]) -> None:
         with psycopg.connect(dsn, autocommit=True) as killer:
@@ -85,23 +93,13 @@ def _killed_in_batch(batches: int, dsn: str) -> Any:
         blocker.rollback()
         blocker.close()
 
-    def plan(schema: str | None, migrations: list[Any]) -> Generator[Any, Any, Any]:
-        inner = real(schema, migrations)
-        seen = 0
-        rows = None
-        while True:
-            step = inner.send(rows) if rows is not None else next(inner)
-            params = step[1]
-            if params is not None and "after" in params:
-                if seen == batches:
-                    blocker = psycopg.connect(dsn)
-                    blocker.execute("SELECT 1 FROM checkpoints FOR UPDATE")
-                    THREADS.append(threading.Thread(target=kill_when_waiting, args=(blocker,)))
-                    THREADS[-1].start()
-                seen += 1
-            rows = yield step
+    def block_and_kill() -> None:
+        blocker = psycopg.connect(dsn)
+        blocker.execute("SELECT 1 FROM checkpoints FOR UPDATE")
+        THREADS.append(threading.Thread(target=kill_when_waiting, args=(blocker,)))
+        THREADS[-1].start()
 
-    return plan
+    return _before_batch(batches, block_and_kill)
 
 
 KILLED: list[int] = []
