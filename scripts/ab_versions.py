@@ -1,6 +1,7 @@
 """Two versions of this package side by side on the benchmark's loads, in one run.
 
     python scripts/ab_versions.py --base PATH [--new PATH] [--scale quick|full] [--rounds 15]
+                                  [--only messages:resume_loop:warm,...]
 
 ``--base`` / ``--new``: checkouts of the package (e.g. ``git worktree add /tmp/base REF``;
 ``--new`` defaults to this checkout). The threads of the benchmark's loads section
@@ -120,6 +121,8 @@ def main() -> None:
     ap.add_argument("--scale", default="quick", choices=("quick", "full", "tiny"))
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--worker", action="store_true")
+    ap.add_argument("--only", help="comma-separated THREAD_PREFIX:CASE:MODE filters, e.g. "
+                    "messages:resume_loop:warm (a part left empty matches all)")
     args = ap.parse_args()
     if args.worker:
         worker(args.dsn, args.scale)
@@ -139,6 +142,11 @@ def main() -> None:
             for t in loads.threads_for(args.scale):
                 for case in CASES:
                     for mode in MODES:
+                        if args.only and not any(
+                            t.key.startswith(f[0]) and f[1] in ("", case) and f[2] in ("", mode)
+                            for f in (x.split(":") for x in args.only.split(","))
+                        ):
+                            continue
                         req = {"thread": t.key, "case": case, "mode": mode}
                         a.time(**req), b.time(**req)  # warm-up (plans, caches)
                         ta: list[float] = []
