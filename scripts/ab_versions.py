@@ -26,7 +26,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 CASES = ("resume_loop", "resume_loop_graph", "history_page")
 MODES = ("cold", "warm", "nocache")
