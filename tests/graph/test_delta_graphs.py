@@ -103,7 +103,12 @@ async def test_fanout_multi_turn(dsn: str, saver_factory: SaverFactory, freq: in
     final = [o for o in log if o[0] == "state"][-1][1][0]
     assert final[0] == "dict"
     items = [v for _, v in dict(final[1])["items"][1]]  # canon: ("str", value) pairs
-    starts = [i for i, x in enumerate(items) if str(x).startswith("start")]
+    # (langgraph 1.2.0 replays `start` once more when continuing the update_state fork:
+    # both savers and InMemorySaver hold "start3", "start3"; the check starts at the last)
+    starts = [
+        i for i, x in enumerate(items)
+        if str(x).startswith("start") and not str(items[i + 1]).startswith("start")
+    ]
     assert len(starts) >= 5, items
     for i in starts:
         n = i + 1
