@@ -294,8 +294,9 @@ def _run(args: argparse.Namespace, scale: Scale) -> dict[str, Any]:
                 res["listput"] = run_listput(dsn, scale.name, _log)
         _log("loads: resume loop and history page (threads written by the official saver)")
         l0 = time.perf_counter()
-        with scratch_database(server_dsn, uuid.uuid4().hex[:10]) as (loads_dsn, _):
+        with scratch_database(server_dsn, uuid.uuid4().hex[:10]) as (loads_dsn, loads_where):
             res["loads"] = run_loads(loads_dsn, scale.name, scale.resume_rounds, _log)
+            res["loads"]["scratch"] = loads_where
         res["loads"]["seconds"] = time.perf_counter() - l0
     res["seconds"] = time.perf_counter() - t0
     res["headline"] = _headline(res)

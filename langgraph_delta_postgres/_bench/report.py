@@ -285,7 +285,8 @@ def markdown(res: dict[str, Any], img_rel: str, images: list[Path]) -> str:
         "round); ratios are taken round by round in the same run, then their median (min-max). "
         "Each timed call starts right after `gc.collect()` (not timed), so no call pays a full "
         "collection that the garbage of earlier calls made due; collections a call triggers "
-        "itself are in its time.",
+        "itself are in its time. What the process held before a comparison began is frozen "
+        "out of collection (`gc.freeze`) for that comparison, the same for every saver.",
         "",
     ]
     h = res.get("headline", {})

@@ -76,12 +76,15 @@ def test_quick_path_json_and_report(pg_server: PgServer, tmp_path: Path) -> None
     assert "Loads: resume loop and history page" in md
     assert res["command"] in md
     assert list((tmp_path / "report" / "img").glob("*.png"))
-    # the scratch database is gone
+    # the run's scratch databases are gone (named: other sessions may bench at once)
+    ours = [res["database"]["scratch"], res["loads"]["scratch"]]
+    assert all(w.startswith("database lgdp_bench_") for w in ours), ours
     with pg_server.admin() as conn:
         left = conn.execute(
-            "SELECT count(*) FROM pg_database WHERE datname LIKE 'lgdp_bench_%'"
-        ).fetchone()
-    assert left is not None and left[0] == 0
+            "SELECT datname FROM pg_database WHERE datname = ANY(%s)",
+            ([w.split(" ", 1)[1] for w in ours],),
+        ).fetchall()
+    assert left == []
 
 
 def test_only_retention(pg_server: PgServer, tmp_path: Path) -> None:
@@ -180,11 +183,22 @@ def test_each_timed_call_starts_after_a_full_collection() -> None:
     def make(name: str):  # type: ignore[no-untyped-def]
         return (lambda: events.append(f"prepare {name}"), lambda _: events.append(name))
 
+    frozen_during: list[int] = []
+
+    def b() -> None:
+        frozen_during.append(gc.get_freeze_count())
+        events.append("b")
+
     gc.callbacks.append(on_gc)
     try:
-        Interleaved().run({"a": make("a"), "b": lambda: events.append("b")}, 2, warmup=0)
+        Interleaved().run(
+{"a": make("a"), "b": b}, 2, warmup=0)
     finally:
         gc.callbacks.remove(on_gc)
+    # what the process held before the run is out of the collector's reach during it,
+    # and given back after
+    assert frozen_during and all(n > 0 for n in frozen_during)
+    assert gc.get_freeze_count() == 0
     calls = [e for e in events if e in ("a", "b")]
     assert calls == ["a", "b", "a", "b"]
     for i, e in enumerate(events):
