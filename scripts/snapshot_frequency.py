@@ -1,7 +1,7 @@
 """Storage and load latency of one DeltaChannel thread per ``snapshot_frequency``.
 
     python scripts/snapshot_frequency.py [--dsn DSN] [--workload coding_a] [--turns 200]
-                                         [--frequencies 1,10,50,100,500]
+                                         [--frequencies 1,10,50,100,500] [--rounds 7]
 
 For each frequency K: a fresh thread of ``--turns`` user turns of a ``_workloads`` graph
 whose two fields are ``DeltaChannel(..., snapshot_frequency=K)``, on
@@ -18,9 +18,12 @@ three ways, each labelled in the table:
 - *warm*: one saver per K kept across rounds and loaded once before the first (untimed),
   so the cache answers (a server that served the thread before).
 
-Median of 7 rounds; in each round the frequencies, checkpoints and ways are interleaved
-(the order rotates every round) and every timed call starts right after ``gc.collect()``
-(not timed), as in ``langgraph-delta-pg bench``. Prints Markdown tables.
+Median of ``--rounds`` rounds (7); in each round the frequencies, checkpoints and ways are
+interleaved (the order rotates every round) and every timed call starts right after
+``gc.collect()`` (not timed), as in ``langgraph-delta-pg bench``. A second table gives each
+K's time over the default K's (100, or the first K listed) in the same round, the median
+of those round-by-round ratios: on a shared machine it moves less than the times do.
+Prints Markdown tables.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ def main() -> None:
     ap.add_argument("--workload", default="coding_a", choices=sorted(WORKLOADS))
     ap.add_argument("--turns", type=int, default=200)
     ap.add_argument("--frequencies", default="1,10,50,100,500")
+    ap.add_argument("--rounds", type=int, default=REPEATS)
     args = ap.parse_args()
     ks = [int(k) for k in args.frequencies.split(",")]
     schema = f"snapfreq_{uuid.uuid4().hex[:8]}"
@@ -84,8 +88,8 @@ def main() -> None:
         calls = [(k, point, way) for k in ks for point in POINTS for way in WAYS]
         for k, point, _ in calls:  # fill the warm savers' caches (untimed)
             _get_state(args.workload, warm[k], k, rows[k], point)
-        for r in range(REPEATS):
-            shift = r * len(calls) // REPEATS
+        for r in range(args.rounds):
+            shift = r * len(calls) // args.rounds
             for k, point, way in calls[shift:] + calls[:shift]:
                 if way == "warm":
                     saver_k = warm[k]
@@ -96,7 +100,7 @@ def main() -> None:
                 rows[k][(point, way)].append(
                     _get_state(args.workload, saver_k, k, rows[k], point))
     print(f"{args.workload}, {args.turns} turns, DeltaPostgresSaver, get_state on a freshly "
-          f"compiled graph, median of {REPEATS} interleaved rounds (ms). cold: a new saver "
+          f"compiled graph, median of {args.rounds} interleaved rounds (ms). cold: a new saver "
           "per call (empty cache); cache_bytes=0: a new saver without cache; warm: one "
           "saver per K across rounds, its cache filled before the first.\n")
     print("| snapshot_frequency | stored | longest walk (ancestors) "
@@ -107,6 +111,20 @@ def main() -> None:
         print(f"| {k} | {human_bytes(r['bytes'])} | {r['depth']} "
               + "".join(f"| {statistics.median(r[(point, way)]):.1f} "
                         for point in POINTS for way in WAYS) + "|")
+    ref = 100 if 100 in ks else ks[0]
+    print(f"\nTime over K={ref}'s, median of the round-by-round ratios:\n")
+    print("| snapshot_frequency "
+          + "".join(f"| {point}, {LABELS[way]} " for point in POINTS for way in WAYS) + "|")
+    print("|---|" + "---|" * (len(POINTS) * len(WAYS)))
+    keys = [(point, way) for point in POINTS for way in WAYS]
+    for k in ks:
+        print(f"| {k} " + "".join(f"| {_ratio(rows[k][key], rows[ref][key]):.2f}x "
+                                  for key in keys) + "|")
+
+
+def _ratio(times: list[float], ref: list[float]) -> float:
+    """The median of the round-by-round ratios (the lists hold one time per round)."""
+    return statistics.median([a / b for a, b in zip(times, ref, strict=True)])
 
 
 def _get_state(workload: str, saver: DeltaPostgresSaver, k: int, row: dict[str, Any],
