@@ -22,7 +22,8 @@ Median of ``--rounds`` rounds (7); in each round the frequencies, checkpoints an
 interleaved (the order rotates every round) and every timed call starts right after
 ``gc.collect()`` (not timed), as in ``langgraph-delta-pg bench``. A second table gives each
 K's time over the default K's (100, or the first K listed) in the same round, the median
-of those round-by-round ratios: on a shared machine it moves less than the times do.
+of those round-by-round ratios: on a shared machine it moves less than the times do. A
+third gives cold and warm over cache_bytes=0 at the same K and checkpoint, the same way.
 Prints Markdown tables.
 """
 
@@ -120,6 +121,16 @@ def main() -> None:
     for k in ks:
         print(f"| {k} " + "".join(f"| {_ratio(rows[k][key], rows[ref][key]):.2f}x "
                                   for key in keys) + "|")
+    print("\nEach way over cache_bytes=0 at the same K and checkpoint, median of the "
+          "round-by-round ratios:\n")
+    others = [way for way in WAYS if way != "nocache"]
+    print("| snapshot_frequency " + "".join(f"| {point}, {LABELS[way]} / cache_bytes=0 "
+                                            for point in POINTS for way in others) + "|")
+    print("|---|" + "---|" * (len(POINTS) * len(others)))
+    for k in ks:
+        print(f"| {k} " + "".join(
+            f"| {_ratio(rows[k][(point, way)], rows[k][(point, 'nocache')]):.2f}x "
+            for point in POINTS for way in others) + "|")
 
 
 def _ratio(times: list[float], ref: list[float]) -> float:
