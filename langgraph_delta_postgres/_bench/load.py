@@ -54,6 +54,7 @@ from langgraph_delta_postgres._workloads import build_graph, run_turns, user_inp
 HISTORY_EVERY = 10
 PAGE = 10
 POOL_CAP = 32
+WARM_TURNS = 6  # per pool connection, before the clock starts (> the prepare threshold)
 MODES = ("asyncio", "threads")
 SAVERS = ("ours", "official")
 
@@ -149,7 +150,7 @@ class Server:
 
 
 def _one(conn: psycopg.Connection[Any], q: str) -> Any:
-    row = conn.execute(q).fetchone()  # type: ignore[arg-type]
+    row = conn.execute(q).fetchone()
     assert row is not None
     return row[0]
 
@@ -319,6 +320,28 @@ async def _session_async(g: Any, spec: RunSpec, i: int, out: Timings) -> None:
             out.pages.append(time.perf_counter() - t0)
 
 
+def _warm_sync(conn: Any, spec: RunSpec, i: int) -> None:
+    """A long-lived pool's state: ``conn`` has run every statement of a session more
+    often than the prepare threshold (ours prepares a statement on its 5th use; until
+    then each use plans it afresh), on a warm-up thread of its own."""
+    g = build_graph(spec.workload, _sync_saver(spec.saver, conn))
+    cfg = _cfg(f"{spec.prefix}-warm-{i:03}")
+    for k in range(WARM_TURNS):
+        g.invoke(user_input(spec.workload, spec.prior + k), cfg)
+        g.get_state(cfg)
+        list(g.get_state_history(cfg, limit=PAGE))
+
+
+async def _warm_async(conn: Any, spec: RunSpec, i: int) -> None:
+    """:func:`_warm_sync` on an async connection."""
+    g = build_graph(spec.workload, _async_saver(spec.saver, conn))
+    cfg = _cfg(f"{spec.prefix}-warm-{i:03}")
+    for k in range(WARM_TURNS):
+        await g.ainvoke(user_input(spec.workload, spec.prior + k), cfg)
+        await g.aget_state(cfg)
+        [s async for s in g.aget_state_history(cfg, limit=PAGE)]
+
+
 def _measured(
     server: Server, spec: RunSpec, pids: list[int], go: Callable[[], Timings]
 ) -> dict[str, Any]:
@@ -371,6 +394,8 @@ def run_threads(server: Server, spec: RunSpec) -> dict[str, Any]:
         with contextlib.ExitStack() as held:
             conns = [held.enter_context(pool.connection()) for _ in range(size)]
             pids = [c.info.backend_pid for c in conns]
+            for i, c in enumerate(conns):
+                _warm_sync(c, spec, i)
         g = build_graph(spec.workload, _sync_saver(spec.saver, pool))
 
         def go() -> Timings:
@@ -401,6 +426,8 @@ def run_asyncio(server: Server, spec: RunSpec) -> dict[str, Any]:
             async with contextlib.AsyncExitStack() as held:
                 conns = [await held.enter_async_context(pool.connection()) for _ in range(size)]
                 pids = [c.info.backend_pid for c in conns]
+                for i, c in enumerate(conns):
+                    await _warm_async(c, spec, i)
             g = build_graph(spec.workload, _async_saver(spec.saver, pool))
             box: dict[str, Any] = {}
 
@@ -453,7 +480,8 @@ def _setup(saver: str, dsn: str, server: Server, ls: LoadScale) -> SaverDb:
 
 def _bytes_per_turn(db: SaverDb, ls: LoadScale, mode: str) -> dict[str, Any]:
     """One session behind a counting loopback proxy (untimed): bytes the server sent and
-    received, and wire round trips, per turn (history pages included at their rate)."""
+    received, and wire round trips, per turn (history pages included at their rate),
+    counted after WARM_TURNS turns on the same connection (statements prepared)."""
     from .proxy import LatencyProxy, upstream_of
 
     tid = f"meter-{mode}"
@@ -462,7 +490,6 @@ def _bytes_per_turn(db: SaverDb, ls: LoadScale, mode: str) -> dict[str, Any]:
     turns = ls.meter_turns
     with LatencyProxy(upstream_of(db.dsn), 0.0) as proxy:
         pdsn = proxy.dsn(db.dsn)
-        before = proxy.counts()
         pages = 0
         if mode == "threads":
             from psycopg_pool import ConnectionPool
@@ -470,29 +497,36 @@ def _bytes_per_turn(db: SaverDb, ls: LoadScale, mode: str) -> dict[str, Any]:
             with ConnectionPool(pdsn, min_size=1, max_size=1,
                                 kwargs=_pool_kwargs(db.saver, pdsn)) as pool:
                 g = build_graph(ls.workload, _sync_saver(db.saver, pool))
-                for k in range(turns):
+                for k in range(WARM_TURNS + turns):
+                    if k == WARM_TURNS:  # counted once the statements are prepared
+                        before = proxy.counts()
                     g.invoke(user_input(ls.workload, ls.prior + k), _cfg(tid))
                     g.get_state(_cfg(tid))
-                    if _pages_at(0, k):
-                        pages += 1
+                    if _pages_at(0, k) or k < WARM_TURNS:
+                        pages += k >= WARM_TURNS
                         list(g.get_state_history(_cfg(tid), limit=PAGE))
         else:
             from psycopg_pool import AsyncConnectionPool
+
+            box: dict[str, Any] = {}
 
             async def main() -> int:
                 n = 0
                 async with AsyncConnectionPool(pdsn, min_size=1, max_size=1, open=False,
                                                kwargs=_pool_kwargs(db.saver, pdsn)) as pool:
                     g = build_graph(ls.workload, _async_saver(db.saver, pool))
-                    for k in range(turns):
+                    for k in range(WARM_TURNS + turns):
+                        if k == WARM_TURNS:
+                            box["before"] = proxy.counts()
                         await g.ainvoke(user_input(ls.workload, ls.prior + k), _cfg(tid))
                         await g.aget_state(_cfg(tid))
-                        if _pages_at(0, k):
-                            n += 1
+                        if _pages_at(0, k) or k < WARM_TURNS:
+                            n += k >= WARM_TURNS
                             [s async for s in g.aget_state_history(_cfg(tid), limit=PAGE)]
                 return n
 
             pages = asyncio.run(main())
+            before = box["before"]
         d = proxy.counts() - before
     return {
         "turns": turns, "pages": pages,
@@ -569,6 +603,7 @@ def run_load(admin_dsn: str, scale_name: str, log: Callable[[str], None]) -> dic
                             spec = RunSpec(mode, name, db.dsn, db.dbid, n, ls.turns[n],
                                            ls.prior, ls.workload, prefix)
                             ids = [spec.thread(i) for i in range(n)]
+                            ids += [f"{prefix}-warm-{i:03}" for i in range(min(n, POOL_CAP))]
                             with psycopg.connect(db.dsn, autocommit=True) as c:
                                 clone_threads(c, db.template, ids)
                             run = run_asyncio if mode == "asyncio" else run_threads
@@ -708,8 +743,10 @@ def markdown(res: dict[str, Any], img_rel: str = "img") -> list[str]:
                 f"| {_f(s['cpu_official_over_ours'])}x "
                 f"| {_f(s['shared_blks_per_turn']['ours'], '.0f')} "
                 f"| {_f(s['shared_blks_per_turn']['official'], '.0f')} "
-                f"| {_f(s['turn_p50_ms']['ours'], '.0f')} | {_f(s['turn_p50_ms']['official'], '.0f')} "
-                f"| {_f(s['turn_p99_ms']['ours'], '.0f')} | {_f(s['turn_p99_ms']['official'], '.0f')} |"
+                f"| {_f(s['turn_p50_ms']['ours'], '.0f')} "
+                f"| {_f(s['turn_p50_ms']['official'], '.0f')} "
+                f"| {_f(s['turn_p99_ms']['ours'], '.0f')} "
+                f"| {_f(s['turn_p99_ms']['official'], '.0f')} |"
             )
     L += ["", "Bytes per turn (one session behind a counting loopback proxy):", "",
           "| mode | saver | sent by the server | received | round trips |", "|---|---|---|---|---|"]
