@@ -447,6 +447,7 @@ def run_asyncio(server: Server, spec: RunSpec) -> dict[str, Any]:
                 return asyncio.run_coroutine_threadsafe(sessions(), loop).result()
 
             box["res"] = await loop.run_in_executor(None, _measured, server, spec, pids, go)
+            box["res"]["pool_size"] = size
             return box["res"]  # type: ignore[no-any-return]
 
     return asyncio.run(main())
