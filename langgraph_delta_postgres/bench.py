@@ -116,7 +116,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="DIR",
                    help="write DIR/benchmarks.md and DIR/img/*.png (plots)")
     p.add_argument("--scale", choices=("full", "quick", "tiny"), help=argparse.SUPPRESS)
-    p.add_argument("--only", choices=("retention",), help="run only this part of the benchmark")
+    p.add_argument("--only", choices=("retention", "load"),
+                   help="run only this part of the benchmark")
 
 
 def _missing_deps() -> list[str]:
@@ -179,6 +180,10 @@ def run(args: argparse.Namespace) -> int:
             from ._bench.retention import run_alone
 
             results = run_alone(args, scale_name, _server, _command_line(args))
+        elif getattr(args, "only", None) == "load":
+            from ._bench.load import run_alone as run_load_alone
+
+            results = run_load_alone(args, scale_name, _server, _command_line(args))
         else:
             results = _run(args, scale)
     except EmbeddedPostgresUnavailable as e:
@@ -192,7 +197,12 @@ def run(args: argparse.Namespace) -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=1, default=str) + "\n")
         print(f"wrote {args.json}")
-    if "headline" not in results:  # --only: no report, no headline
+    if "headline" not in results:  # --only: no headline; load writes its own page
+        if args.out and "load" in results:
+            from ._bench.report import write_load_report
+
+            for p in write_load_report(results, Path(args.out)):
+                print(f"wrote {p}")
         return 0
     if args.out:
         from ._bench.report import write_report
@@ -298,6 +308,12 @@ def _run(args: argparse.Namespace, scale: Scale) -> dict[str, Any]:
             res["loads"] = run_loads(loads_dsn, scale.name, scale.resume_rounds, _log)
             res["loads"]["scratch"] = loads_where
         res["loads"]["seconds"] = time.perf_counter() - l0
+        from ._bench.load import run_load
+
+        _log("load: concurrent sessions on one server")
+        l0 = time.perf_counter()
+        res["load"] = run_load(server_dsn, scale.name, _log)
+        res["load"]["seconds"] = time.perf_counter() - l0
     res["seconds"] = time.perf_counter() - t0
     res["headline"] = _headline(res)
     return res
@@ -369,6 +385,9 @@ def _headline(res: dict[str, Any]) -> dict[str, Any]:
     from ._bench.listput import headline as listput_headline
 
     h.update(listput_headline(res))
+    from ._bench.load import headline as load_headline
+
+    h.update(load_headline(res))
     return h
 
 
