@@ -712,6 +712,7 @@ def markdown(res: dict[str, Any], img_rel: str = "img") -> list[str]:
     m = ld["measures"]
     L = [
         "## Load: how many agents one Postgres serves", "",
+        "Measured by `langgraph-delta-pg bench` (its load section; alone: `--only load`). "
         f"N concurrent sessions, each on its own `{ld['workload']}` thread holding "
         f"{ld['prior_turns']} turns: per turn `invoke` + `get_state`, and on one turn in "
         f"{ld['history_every']} a `get_state_history(limit={ld['page']})` page. Ours and the "
