@@ -3,21 +3,26 @@
 ``DeltaPostgresSaver`` / ``AsyncDeltaPostgresSaver`` store checkpoints in the same tables
 and format as ``langgraph-checkpoint-postgres`` 3.2 and answer
 ``get_delta_channel_history`` with one recursive SQL statement.
+
+This package is the library alone: the ``langgraph-delta-pg`` commands live in
+:mod:`.cli` and the benchmark in :mod:`.bench`, imported only when they run.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from . import _compat  # noqa: F401  (first: a clear error on an unsupported langgraph-checkpoint)
-from ._core import (
-    CorruptCheckpointError,
-    DeltaPruneError,
-    HistoryError,
-    PruneStats,
-    SetupRequiredError,
-)
+from ._ops.retention import PruneStats
 from ._stats import CacheStats, SaverStats, WalkStats
 from .aio import AsyncDeltaPostgresSaver
-from .migrate import MigrationError
+from .errors import (
+    CorruptCheckpointError,
+    HistoryError,
+    MigrationError,
+    SetupRequiredError,
+    deprecated,
+)
 from .saver import DeltaPostgresSaver
 
 __version__ = "0.1.0"
@@ -27,7 +32,6 @@ __all__ = [
     "CacheStats",
     "CorruptCheckpointError",
     "DeltaPostgresSaver",
-    "DeltaPruneError",
     "HistoryError",
     "MigrationError",
     "PruneStats",
@@ -36,3 +40,8 @@ __all__ = [
     "WalkStats",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``DeltaPruneError``: still importable, with a DeprecationWarning (see .errors)."""
+    return deprecated(__name__, name)

@@ -7,7 +7,7 @@ import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, nullcontext, suppress
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -24,21 +24,14 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool
 
 from . import migrate as _migrate
-from ._checks import check_saver_options
-from ._core import (
-    DEFAULT_CACHE_BYTES,
-    DEFAULT_PREPARE_THRESHOLD,
-    PUT_ORDER_WAIT_S,
-    Op,
-    PruneStats,
-    SaverCore,
-    T,
-    connect_kwargs,
-    debug_statements,
-    log_statement,
-    namespace_key,
-    wanted_channels,
-)
+from ._connect import DEFAULT_CACHE_BYTES, DEFAULT_PREPARE_THRESHOLD, from_conn_string_kwargs
+from ._ops.base import Op, T, debug_statements, log_statement
+from ._ops.checkpoints import _op_get_tuple, _op_list
+from ._ops.context import SaverCore
+from ._ops.history import _op_delta_history, wanted_channels
+from ._ops.maintenance import _op_copy_thread, _op_delete_thread
+from ._ops.retention import PruneStats, _op_delete_for_runs, _op_delta_keepset, prune_ops
+from ._ops.write import PUT_ORDER_WAIT_S, _op_put, _op_put_writes, namespace_key
 
 AsyncConn = AsyncConnection[Any] | AsyncConnectionPool[Any]
 
@@ -60,7 +53,112 @@ async def adrive(cur: AsyncCursor[Any], op: Op[T]) -> T:
         return stop.value  # type: ignore[no-any-return]
 
 
-class AsyncDeltaPostgresSaver(SaverCore):
+class _SyncBridge(SaverCore):
+    """The async saver's synchronous methods, for code that calls a checkpointer
+    synchronously from another thread (LangGraph does for get_state on a sync graph
+    API): each runs the async method on the saver's event loop."""
+
+    _bound_loop: asyncio.AbstractEventLoop | None
+
+    def _saver(self) -> AsyncDeltaPostgresSaver:
+        return cast("AsyncDeltaPostgresSaver", self)
+
+    def _from_thread(self, coro: Any) -> Any:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not None and loop is self._loop:
+            raise asyncio.InvalidStateError(
+                "synchronous calls to AsyncDeltaPostgresSaver are only allowed from a "
+                "different thread; from the event loop use the async methods (aget_tuple, ...)"
+            )
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    @property
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._bound_loop
+        if loop is None:
+            raise asyncio.InvalidStateError(
+                "AsyncDeltaPostgresSaver has not been used on an event loop yet; "
+                "use the async methods"
+            )
+        return loop
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._from_thread(self.aget_tuple(config))  # type: ignore[no-any-return]
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        op = _op_list(self, config, filter, before, limit)
+        yield from self._from_thread(self._saver()._run(op))
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._from_thread(  # type: ignore[no-any-return]
+            self.aput(config, checkpoint, metadata, new_versions)
+        )
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._from_thread(self.aput_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._from_thread(self.adelete_thread(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._from_thread(self.adelete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._from_thread(self.acopy_thread(source_thread_id, target_thread_id))
+
+    def prune(  # type: ignore[override]  # returns what it deleted instead of None
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str = "keep_latest",
+        keep_last: int | None = None,
+        before: datetime | None = None,
+        dry_run: bool = False,
+    ) -> PruneStats:
+        return self._from_thread(  # type: ignore[no-any-return]
+            self._saver().aprune(
+                thread_ids, strategy=strategy, keep_last=keep_last, before=before, dry_run=dry_run
+            )
+        )
+
+    def get_delta_channel_keepset(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> set[str]:
+        return self._from_thread(  # type: ignore[no-any-return]
+            self._saver().aget_delta_channel_keepset(config=config, channels=channels)
+        )
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return self._from_thread(  # type: ignore[no-any-return]
+            self.aget_delta_channel_history(config=config, channels=channels)
+        )
+
+
+class AsyncDeltaPostgresSaver(_SyncBridge):
     """Asyncio Postgres checkpointer; see :class:`.DeltaPostgresSaver`.
 
     With an ``AsyncConnectionPool`` independent calls run concurrently on separate
@@ -88,7 +186,7 @@ class AsyncDeltaPostgresSaver(SaverCore):
         self.pipe = pipe
         self.lock = asyncio.Lock()
         # puts in flight per (thread, namespace), and an event set when the last returns:
-        # aput_writes waits for them (see _core.namespace_key)
+        # aput_writes waits for them (see _ops.write.namespace_key)
         self._puts: dict[tuple[str, str], tuple[int, asyncio.Event]] = {}
         self._init_core(schema, cache_bytes)
         try:
@@ -113,18 +211,13 @@ class AsyncDeltaPostgresSaver(SaverCore):
 
         ``prepare_threshold=None`` disables server-side prepared statements, as PgBouncer
         and other poolers in transaction mode require. Otherwise the connections plan
-        prepared statements generically (see :func:`._core.connect_kwargs`).
+        prepared statements generically (see :func:`._connect.connect_kwargs`).
         """
-        check_saver_options(
-            cache_bytes=cache_bytes, pipeline=pipeline, pool_size=pool_size,
-            prepare_threshold=prepare_threshold,
+        kwargs = from_conn_string_kwargs(
+            conn_string, pipeline=pipeline, pool_size=pool_size,
+            prepare_threshold=prepare_threshold, cache_bytes=cache_bytes,
         )
-        if not isinstance(conn_string, str):
-            raise TypeError(f"conn_string must be a str, not {type(conn_string).__name__}")
-        kwargs = connect_kwargs(conn_string, prepare_threshold)
         if pool_size is not None:
-            if pipeline:
-                raise ValueError("pipeline mode needs a single connection: drop pool_size")
             async with AsyncConnectionPool(
                 conn_string,
                 min_size=1,
@@ -182,7 +275,7 @@ class AsyncDeltaPostgresSaver(SaverCore):
             await _migrate.amigrate(own, schema=self.schema)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self._run(self._op_get_tuple(config))
+        return await self._run(_op_get_tuple(self, config))
 
     async def alist(
         self,
@@ -192,7 +285,7 @@ class AsyncDeltaPostgresSaver(SaverCore):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        for tup in await self._run(self._op_list(config, filter, before, limit)):
+        for tup in await self._run(_op_list(self, config, filter, before, limit)):
             yield tup
 
     async def aput(
@@ -206,7 +299,7 @@ class AsyncDeltaPostgresSaver(SaverCore):
         n, done = self._puts.get(key) or (0, asyncio.Event())
         self._puts[key] = (n + 1, done)
         try:
-            return await self._run(self._op_put(config, checkpoint, metadata, new_versions))
+            return await self._run(_op_put(self, config, checkpoint, metadata, new_versions))
         finally:
             n, done = self._puts[key]
             if n > 1:
@@ -225,16 +318,16 @@ class AsyncDeltaPostgresSaver(SaverCore):
         if (inflight := self._puts.get(namespace_key(config))) is not None:
             with suppress(TimeoutError):  # after this saver's puts in flight there
                 await asyncio.wait_for(inflight[1].wait(), PUT_ORDER_WAIT_S)
-        await self._run(self._op_put_writes(config, writes, task_id, task_path))
+        await self._run(_op_put_writes(self, config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await self._run(self._op_delete_thread(thread_id))
+        await self._run(_op_delete_thread(self, thread_id))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await self._run(self._op_delete_for_runs(run_ids), atomic=True)
+        await self._run(_op_delete_for_runs(self, run_ids), atomic=True)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await self._run(self._op_copy_thread(source_thread_id, target_thread_id), atomic=True)
+        await self._run(_op_copy_thread(self, source_thread_id, target_thread_id), atomic=True)
 
     async def aprune(  # type: ignore[override]  # returns what it deleted instead of None
         self,
@@ -247,7 +340,7 @@ class AsyncDeltaPostgresSaver(SaverCore):
     ) -> PruneStats:
         """See :meth:`.DeltaPostgresSaver.prune`."""
         total = PruneStats()
-        for op in self._prune_ops(thread_ids, strategy, keep_last, before, dry_run):
+        for op in prune_ops(self, thread_ids, strategy, keep_last, before, dry_run):
             total += await self._run(op, atomic=True)
         return total
 
@@ -255,107 +348,11 @@ class AsyncDeltaPostgresSaver(SaverCore):
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> set[str]:
         """See :meth:`.DeltaPostgresSaver.get_delta_channel_keepset`."""
-        return await self._run(self._op_delta_keepset(config, wanted_channels(channels)))
+        return await self._run(_op_delta_keepset(self, config, wanted_channels(channels)))
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         if not (wanted := wanted_channels(channels)):
             return {}
-        return await self._run(self._op_delta_history(config, wanted))
-
-    # Sync methods, for code that calls a checkpointer synchronously from another thread
-    # (LangGraph does for get_state on a sync graph API): run on the saver's event loop.
-
-    def _from_thread(self, coro: Any) -> Any:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is not None and loop is self._loop:
-            raise asyncio.InvalidStateError(
-                "synchronous calls to AsyncDeltaPostgresSaver are only allowed from a "
-                "different thread; from the event loop use the async methods (aget_tuple, ...)"
-            )
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
-
-    @property
-    def _loop(self) -> asyncio.AbstractEventLoop:
-        loop = self._bound_loop
-        if loop is None:
-            raise asyncio.InvalidStateError(
-                "AsyncDeltaPostgresSaver has not been used on an event loop yet; "
-                "use the async methods"
-            )
-        return loop
-
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._from_thread(self.aget_tuple(config))  # type: ignore[no-any-return]
-
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        yield from self._from_thread(self._run(self._op_list(config, filter, before, limit)))
-
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        return self._from_thread(  # type: ignore[no-any-return]
-            self.aput(config, checkpoint, metadata, new_versions)
-        )
-
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        self._from_thread(self.aput_writes(config, writes, task_id, task_path))
-
-    def delete_thread(self, thread_id: str) -> None:
-        self._from_thread(self.adelete_thread(thread_id))
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        self._from_thread(self.adelete_for_runs(run_ids))
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self._from_thread(self.acopy_thread(source_thread_id, target_thread_id))
-
-    def prune(  # type: ignore[override]  # returns what it deleted instead of None
-        self,
-        thread_ids: Sequence[str],
-        *,
-        strategy: str = "keep_latest",
-        keep_last: int | None = None,
-        before: datetime | None = None,
-        dry_run: bool = False,
-    ) -> PruneStats:
-        return self._from_thread(  # type: ignore[no-any-return]
-            self.aprune(
-                thread_ids, strategy=strategy, keep_last=keep_last, before=before, dry_run=dry_run
-            )
-        )
-
-    def get_delta_channel_keepset(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> set[str]:
-        return self._from_thread(  # type: ignore[no-any-return]
-            self.aget_delta_channel_keepset(config=config, channels=channels)
-        )
-
-    def get_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, DeltaChannelHistory]:
-        return self._from_thread(  # type: ignore[no-any-return]
-            self.aget_delta_channel_history(config=config, channels=channels)
-        )
+        return await self._run(_op_delta_history(self, config, wanted))

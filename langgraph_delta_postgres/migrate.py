@@ -49,6 +49,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
 from ._sql import Queries, data_dir, render
+from .errors import MigrationError as MigrationError  # its documented home: migrate
 
 FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 NO_TRANSACTION = re.compile(r"^--\s*migrate:\s*no-transaction\s*$", re.MULTILINE)
@@ -67,7 +68,7 @@ LEDGER = "langgraph_delta_migrations"
 # CREATE INDEX CONCURRENTLY in another session waits for: a deadlock. So waiters poll.
 LOCK_POLL_SECONDS = 0.05
 # Migrations run with the server's planner defaults, whatever the connection's startup
-# options say (see _core.GENERIC_PLANS); the session's own values are restored after.
+# options say (see _connect.GENERIC_PLANS); the session's own values are restored after.
 PLANNER_DEFAULTS = {"enable_seqscan": "on", "plan_cache_mode": "auto"}
 
 #: Why migrations refuse to run through a pooler. In PgBouncer's transaction mode (and
@@ -91,10 +92,6 @@ POOLED = (
     "setup() on a saver of a direct connection; then setup() through the pooler finds "
     "nothing to do and returns (see docs/poolers.md)"
 )
-
-
-class MigrationError(RuntimeError):
-    """Migrations cannot be applied as they are (drift, a bad file, a busy connection)."""
 
 
 @dataclass(frozen=True)

@@ -24,21 +24,14 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool
 
 from . import migrate as _migrate
-from ._checks import check_saver_options
-from ._core import (
-    DEFAULT_CACHE_BYTES,
-    DEFAULT_PREPARE_THRESHOLD,
-    PUT_ORDER_WAIT_S,
-    Op,
-    PruneStats,
-    SaverCore,
-    T,
-    connect_kwargs,
-    debug_statements,
-    log_statement,
-    namespace_key,
-    wanted_channels,
-)
+from ._connect import DEFAULT_CACHE_BYTES, DEFAULT_PREPARE_THRESHOLD, from_conn_string_kwargs
+from ._ops.base import Op, T, debug_statements, log_statement
+from ._ops.checkpoints import _op_get_tuple, _op_list
+from ._ops.context import SaverCore
+from ._ops.history import _op_delta_history, wanted_channels
+from ._ops.maintenance import _op_copy_thread, _op_delete_thread
+from ._ops.retention import PruneStats, _op_delete_for_runs, _op_delta_keepset, prune_ops
+from ._ops.write import PUT_ORDER_WAIT_S, _op_put, _op_put_writes, namespace_key
 
 SyncConn = Connection[Any] | ConnectionPool[Any]
 
@@ -116,18 +109,13 @@ class DeltaPostgresSaver(SaverCore):
 
         ``prepare_threshold=None`` disables server-side prepared statements, as PgBouncer
         and other poolers in transaction mode require. Otherwise the connections plan
-        prepared statements generically (see :func:`._core.connect_kwargs`).
+        prepared statements generically (see :func:`._connect.connect_kwargs`).
         """
-        check_saver_options(
-            cache_bytes=cache_bytes, pipeline=pipeline, pool_size=pool_size,
-            prepare_threshold=prepare_threshold,
+        kwargs = from_conn_string_kwargs(
+            conn_string, pipeline=pipeline, pool_size=pool_size,
+            prepare_threshold=prepare_threshold, cache_bytes=cache_bytes,
         )
-        if not isinstance(conn_string, str):
-            raise TypeError(f"conn_string must be a str, not {type(conn_string).__name__}")
-        kwargs = connect_kwargs(conn_string, prepare_threshold)
         if pool_size is not None:
-            if pipeline:
-                raise ValueError("pipeline mode needs a single connection: drop pool_size")
             with ConnectionPool(
                 conn_string,
                 min_size=1,
@@ -185,7 +173,7 @@ class DeltaPostgresSaver(SaverCore):
             _migrate.migrate(own, schema=self.schema)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._run(self._op_get_tuple(config))
+        return self._run(_op_get_tuple(self, config))
 
     def list(
         self,
@@ -195,7 +183,7 @@ class DeltaPostgresSaver(SaverCore):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        yield from self._run(self._op_list(config, filter, before, limit))
+        yield from self._run(_op_list(self, config, filter, before, limit))
 
     def put(
         self,
@@ -208,7 +196,7 @@ class DeltaPostgresSaver(SaverCore):
         with self._puts_done:
             self._puts[key] = self._puts.get(key, 0) + 1
         try:
-            return self._run(self._op_put(config, checkpoint, metadata, new_versions))
+            return self._run(_op_put(self, config, checkpoint, metadata, new_versions))
         finally:
             with self._puts_done:
                 if (n := self._puts[key] - 1) > 0:
@@ -227,16 +215,16 @@ class DeltaPostgresSaver(SaverCore):
         key = namespace_key(config)
         with self._puts_done:  # after this saver's puts in flight there (namespace_key)
             self._puts_done.wait_for(lambda: key not in self._puts, timeout=PUT_ORDER_WAIT_S)
-        self._run(self._op_put_writes(config, writes, task_id, task_path))
+        self._run(_op_put_writes(self, config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
-        self._run(self._op_delete_thread(thread_id))
+        self._run(_op_delete_thread(self, thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        self._run(self._op_delete_for_runs(run_ids), atomic=True)
+        self._run(_op_delete_for_runs(self, run_ids), atomic=True)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self._run(self._op_copy_thread(source_thread_id, target_thread_id), atomic=True)
+        self._run(_op_copy_thread(self, source_thread_id, target_thread_id), atomic=True)
 
     def prune(  # type: ignore[override]  # returns what it deleted instead of None
         self,
@@ -272,7 +260,7 @@ class DeltaPostgresSaver(SaverCore):
                 in ``thread_ids`` are pruned.
         """
         total = PruneStats()
-        for op in self._prune_ops(thread_ids, strategy, keep_last, before, dry_run):
+        for op in prune_ops(self, thread_ids, strategy, keep_last, before, dry_run):
             total += self._run(op, atomic=True)
         return total
 
@@ -288,11 +276,11 @@ class DeltaPostgresSaver(SaverCore):
             HistoryError: the parent chain has a cycle or is deeper than
                 ``max_history_depth``.
         """
-        return self._run(self._op_delta_keepset(config, wanted_channels(channels)))
+        return self._run(_op_delta_keepset(self, config, wanted_channels(channels)))
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         if not (wanted := wanted_channels(channels)):
             return {}
-        return self._run(self._op_delta_history(config, wanted))
+        return self._run(_op_delta_history(self, config, wanted))

@@ -5,7 +5,7 @@
 
 ``--base`` / ``--new``: checkouts of the package (e.g. ``git worktree add /tmp/base REF``;
 ``--new`` defaults to this checkout). The threads of the benchmark's loads section
-(langgraph_delta_postgres/_bench/loads.py: written by the official saver, adopted by the
+(langgraph_delta_postgres/bench/loads.py: written by the official saver, adopted by the
 new checkout's migrations) are loaded by one worker process per checkout, each importing
 its own package; the coordinator asks them in turn (A B, then B A, round by round) for the
 same timed call and prints, per case, the median of the pair-by-pair ratios new/base
@@ -33,8 +33,8 @@ MODES = ("cold", "warm", "nocache")
 
 def worker(dsn: str, scale: str) -> None:
     from langgraph_delta_postgres import DeltaPostgresSaver
-    from langgraph_delta_postgres._bench import loads
-    from langgraph_delta_postgres._bench.common import connect_ours
+    from langgraph_delta_postgres.bench import loads
+    from langgraph_delta_postgres.bench.common import connect_ours
 
     conn = connect_ours(dsn)
     specs = {t.key: t for t in loads.threads_for(scale)}
@@ -95,9 +95,9 @@ def build(dsn: str, scale: str) -> None:
     import psycopg
     from langgraph.checkpoint.postgres import PostgresSaver
 
-    from langgraph_delta_postgres._bench import loads
-    from langgraph_delta_postgres._bench.common import connect_official
-    from langgraph_delta_postgres._workloads import build_graph, run_turns
+    from langgraph_delta_postgres.bench import loads
+    from langgraph_delta_postgres.bench.common import connect_official
+    from langgraph_delta_postgres.bench.workloads import build_graph, run_turns
     from langgraph_delta_postgres.migrate import migrate
 
     with connect_official(dsn) as off_conn:
@@ -128,8 +128,8 @@ def main() -> None:
         return
     if not args.base:
         ap.error("--base is required")
-    from langgraph_delta_postgres._bench import loads
-    from langgraph_delta_postgres._embedded import embedded_postgres
+    from langgraph_delta_postgres.bench import loads
+    from langgraph_delta_postgres.cli.postgres import embedded_postgres
 
     with contextlib.ExitStack() as stack:
         dsn = args.dsn or stack.enter_context(embedded_postgres())

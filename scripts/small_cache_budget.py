@@ -4,7 +4,7 @@
         [--rounds 15] [--budget 1048576] [--load latest|loop] [--share 0.5]
         [--admit tinylfu|doorkeeper|always]
 
-Writes one DeltaChannel thread of ``--depth`` checkpoints (``_bench.rows.write_chain``:
+Writes one DeltaChannel thread of ``--depth`` checkpoints (``bench.rows.write_chain``:
 two channels, one ~200-character message each per checkpoint, no snapshot, so a walk
 goes to the root; 3,000 checkpoints is a 1,000-turn agent run) and clones it into
 ``--threads`` threads. Then, per round, each saver loads every thread once, one after
@@ -17,7 +17,7 @@ bucket may take, and ``--admit`` the rule for giving a thread without a bucket o
 ``tinylfu``, the saver's, see _cache.py "Admission"; ``doorkeeper``, from its second
 call on, least recently used evicted; ``always``, every thread that fits MAX_SHARE, as
 before admission existed, to compare admission rules); rounds are interleaved
-(``_bench.common.Interleaved``) and the ratio to ``cache_bytes=0`` is taken round by
+(``bench.common.Interleaved``) and the ratio to ``cache_bytes=0`` is taken round by
 round. Without --dsn it uses the embedded Postgres.
 """
 
@@ -31,10 +31,10 @@ from typing import Any
 import psycopg
 
 from langgraph_delta_postgres import DeltaPostgresSaver
-from langgraph_delta_postgres._bench.common import Interleaved, connect_ours
-from langgraph_delta_postgres._bench.rows import copy_threads, write_chain
-from langgraph_delta_postgres._core import DEFAULT_CACHE_BYTES
-from langgraph_delta_postgres._embedded import embedded_postgres
+from langgraph_delta_postgres.bench.common import Interleaved, connect_ours
+from langgraph_delta_postgres.bench.rows import copy_threads, write_chain
+from langgraph_delta_postgres._connect import DEFAULT_CACHE_BYTES
+from langgraph_delta_postgres.cli.postgres import embedded_postgres
 from langgraph_delta_postgres.migrate import migrate
 
 CHANNELS = ["messages", "files"]

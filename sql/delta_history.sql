@@ -13,14 +13,14 @@
 --   client holds is named, not sent (no transfer, no TOAST decompression).
 --   Nothing else leaves the database: no checkpoint JSONB, no older snapshot blob.
 --
--- Two statements are composed from the named blocks below (see _core.SaverCore):
+-- Two statements are composed from the named blocks below (see _ops/context.py, SaverCore):
 --   get_delta_channel_history   walk + select_rows + rows + order_rows
 --   get_tuple                   walk + tuple_history + rows + tuple_rows +
 --                               checkpoints.select_tuples + WHERE + where_target +
 --                               checkpoints.tuples_of + tuple_end
 --   The second reads the checkpoint and the history LangGraph asks for right after it
 --   (channels_from_checkpoint) in one snapshot and one round trip; the saver hands that
---   history to the next history call on the same checkpoint (_core._Prefetch).
+--   history to the next history call on the same checkpoint (_ops/base.py, _Prefetch).
 --
 -- Parameters
 --   %(thread_id)s text, %(checkpoint_ns)s text, %(checkpoint_id)s text or NULL,

@@ -1,6 +1,6 @@
 -- retention: the DeltaChannel keep-set, and prune that keeps what the head needs.
 --
--- A statement is composed of three blocks, in this order (see _core.py):
+-- A statement is composed of three blocks, in this order (see _ops/retention.py):
 --   a "target" block (WITH RECURSIVE target ..., wanted ...,), the shared `walk` block,
 --   and a result block. So get_delta_channel_keepset and prune walk parents with the
 --   very same SQL.

@@ -7,7 +7,7 @@
 --   markers of _DeltaSnapshot blobs), metadata jsonb,
 --   blob_channels/blob_versions/blob_types/blob_offsets/blob_lengths: the blobs to
 --   write (new versions), each cut out of blob_data (bytea: all of them, concatenated;
---   see _core.packed_blobs for why not a bytea[]) at its 1-based offset and length;
+--   see _ops/write.py, packed_blobs, for why not a bytea[]) at its 1-based offset and length;
 --   inline_channels: channels stored inline with a non-null value;
 --   probe_channels/probe_versions: every versioned channel not inline (those written
 --   here included), with the version channel_versions names, to find out whether a

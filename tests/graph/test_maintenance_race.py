@@ -38,7 +38,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
-from langgraph_delta_postgres._core import connect_kwargs
+from langgraph_delta_postgres._connect import connect_kwargs
 
 RACE_SECONDS = 4.0
 RUNNERS = 4

@@ -15,8 +15,8 @@ from langgraph.channels.delta import DeltaChannel
 from langgraph.graph import START, StateGraph
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
-from langgraph_delta_postgres._bench.rows import copy_threads, write_chain
 from langgraph_delta_postgres._cache import HistoryCache
+from langgraph_delta_postgres.bench.rows import copy_threads, write_chain
 from tests.graph._util import canon, canon_history
 
 CHANNELS = ["messages", "files"]

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
-from langgraph_delta_postgres._bench.rows import write_chain
+from langgraph_delta_postgres.bench.rows import write_chain
 from tests.graph._util import canon_history
 
 CHANNELS = ["messages", "files"]

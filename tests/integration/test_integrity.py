@@ -23,7 +23,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-import langgraph_delta_postgres._core as core
+import langgraph_delta_postgres._connect as core
 from langgraph_delta_postgres import (
     AsyncDeltaPostgresSaver,
     CorruptCheckpointError,

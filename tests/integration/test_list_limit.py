@@ -11,7 +11,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_delta_postgres import DeltaPostgresSaver
-from langgraph_delta_postgres._core import DEFAULT_PREPARE_THRESHOLD, connect_kwargs
+from langgraph_delta_postgres._connect import DEFAULT_PREPARE_THRESHOLD, connect_kwargs
 from tests.integration._explain import Recorder, explain, nodes
 
 DEPTH = 40

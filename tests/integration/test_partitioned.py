@@ -23,7 +23,7 @@ from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from psycopg import sql
 
 from langgraph_delta_postgres import DeltaPostgresSaver
-from langgraph_delta_postgres._core import DEFAULT_PREPARE_THRESHOLD, connect_kwargs
+from langgraph_delta_postgres._connect import DEFAULT_PREPARE_THRESHOLD, connect_kwargs
 from tests.integration._explain import Recorded, Recorder, explain, scanned, subplans_removed
 
 SCHEMA = "part"

@@ -23,7 +23,7 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
-from langgraph_delta_postgres._core import _PREFETCH
+from langgraph_delta_postgres._ops.base import _PREFETCH
 from tests.graph._util import apply_steps, canon_history
 from tests.graph.test_history_differential import CHANNELS as HCHANNELS
 from tests.graph.test_history_differential import SHAPES, compare_channel, skewed

@@ -13,9 +13,9 @@ import psycopg
 import pytest
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver, SaverStats
-from langgraph_delta_postgres import _core as core
-from langgraph_delta_postgres._bench.rows import write_chain
+from langgraph_delta_postgres._ops import base as core
 from langgraph_delta_postgres._stats import WalkStats
+from langgraph_delta_postgres.bench.rows import write_chain
 from tests.integration.test_cache import CHANNELS, _cfg, _graph, _run_turns
 
 N = 12  # checkpoints per chain: a history at the last walks the N - 1 before it

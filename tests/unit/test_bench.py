@@ -13,9 +13,9 @@ import langgraph.checkpoint.postgres  # noqa: F401  the test extra installs the 
 import matplotlib  # noqa: F401  a missing one is an error, never a skip
 import pytest
 
-from langgraph_delta_postgres import bench
-from langgraph_delta_postgres._bench.proxy import LatencyProxy
-from langgraph_delta_postgres._install import install_hint
+from langgraph_delta_postgres.bench import main as bench
+from langgraph_delta_postgres.bench.proxy import LatencyProxy
+from langgraph_delta_postgres.cli._install import install_hint
 from tests.plugins.postgres import PgServer
 
 
@@ -216,7 +216,7 @@ def test_each_timed_call_starts_after_a_full_collection() -> None:
     made due by the garbage of the calls before it; the collection is not timed."""
     import gc
 
-    from langgraph_delta_postgres._bench.common import Interleaved
+    from langgraph_delta_postgres.bench.common import Interleaved
 
     events: list[str] = []
 

@@ -3,7 +3,7 @@ snapshot_frequency and list call, same answers, a section in the report."""
 
 from __future__ import annotations
 
-from langgraph_delta_postgres._bench import listput
+from langgraph_delta_postgres.bench import listput
 
 
 def test_listput_section(dsn: str) -> None:

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from langgraph_delta_postgres import _install
-from langgraph_delta_postgres._install import PACKAGE, install_hint
+from langgraph_delta_postgres.cli import _install
+from langgraph_delta_postgres.cli._install import PACKAGE, install_hint
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_DIR = ROOT / "langgraph_delta_postgres"

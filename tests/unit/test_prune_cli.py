@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 from langgraph_delta_postgres import DeltaPostgresSaver
-from langgraph_delta_postgres._prune_cli import parse_age
+from langgraph_delta_postgres.cli.prune import parse_age
 from tests.graph.test_delta_graphs import fanout_builder
 from tests.unit.test_cli import run
 

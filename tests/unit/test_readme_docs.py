@@ -37,7 +37,7 @@ _RATE = re.compile(r"(\d[\d,]*) threads/s")
 _FIGURE = re.compile(r"(?<![\w.])\d+(?:\.\d+)?x\b|threads/s|(?<![\w.])\d+(?:\.\d+)? ?(?:ms|s)\b")
 _COMMAND = re.compile(
     r"langgraph-delta-pg (?:bench|demo|inspect|prune)|scripts/\w+\.py|python -m "
-    r"|tests/[\w/]+\.py|_bench/\w+\.py"
+    r"|tests/[\w/]+\.py|bench/\w+\.py"
 )
 
 

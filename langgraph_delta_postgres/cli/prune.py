@@ -19,11 +19,12 @@ from typing import Any
 
 import psycopg
 
-from ._checks import INT4_MAX
-from ._cliutil import CliError, connect, db_error, resolve_dsn, setup_required
-from ._core import HistoryError, PruneStats
+from .._checks import INT4_MAX
+from .._ops.retention import PruneStats
+from ..errors import HistoryError
+from ..saver import DeltaPostgresSaver
 from ._install import install_hint
-from .saver import DeltaPostgresSaver
+from ._util import CliError, connect_to, db_error, setup_required
 
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 _AGE = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
@@ -137,12 +138,7 @@ def run(args: argparse.Namespace) -> int:
     before = datetime.now(UTC) - args.older_than if args.older_than is not None else None
     strategy = "delete" if args.delete else "keep_latest"
     try:
-        dsn = resolve_dsn(args)
-        if not dsn:
-            raise CliError("no database: pass --dsn or set DATABASE_URL")
-        with connect(
-            dsn, unreachable_hint="is Postgres running there? check host and port in --dsn"
-        ) as conn:
+        with connect_to(args) as conn:
             try:
                 saver = DeltaPostgresSaver(conn, schema=args.schema)
             except ValueError as e:

@@ -18,7 +18,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from langgraph_delta_postgres import DeltaPostgresSaver
-from langgraph_delta_postgres._core import DEFAULT_PREPARE_THRESHOLD, connect_kwargs
+from langgraph_delta_postgres._connect import DEFAULT_PREPARE_THRESHOLD, connect_kwargs
 
 from .proxy import LatencyProxy
 

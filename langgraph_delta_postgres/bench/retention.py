@@ -25,7 +25,7 @@ import psycopg
 from psycopg import sql
 
 from langgraph_delta_postgres import DeltaPostgresSaver
-from langgraph_delta_postgres._workloads import build_graph, run_turns
+from langgraph_delta_postgres.bench.workloads import build_graph, run_turns
 
 from .common import TABLES, connect_official, connect_ours, thread_payload_bytes
 

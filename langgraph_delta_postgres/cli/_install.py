@@ -17,7 +17,7 @@ PACKAGE = "langgraph-delta-postgres"
 
 def source_tree() -> Path | None:
     """The clone this package is imported from, or None (installed from a wheel)."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     try:
         text = (root / "pyproject.toml").read_text(encoding="utf-8")
     except OSError:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import shlex
 import signal
 import sys
@@ -12,23 +13,20 @@ from typing import Any
 
 import psycopg
 
-from . import __version__, _embedded
-from . import migrate as _migrate
-from ._cliutil import CliError, connect, db_error, resolve_dsn
-from ._sql import check_schema
+from .. import __version__
+from .. import migrate as _migrate
+from .._sql import check_schema
+from . import postgres as _embedded
+from ._util import CliError, connect_to, db_error
 
-NO_DSN = "no database: pass --dsn or set DATABASE_URL"
 #: Exit code of ``status`` when migrations are pending (0: up to date; 1: drift or an
 #: error; 2: bad arguments).
 EXIT_PENDING = 3
 
 
 def _with_conn(args: argparse.Namespace, body: Callable[[psycopg.Connection[Any]], int]) -> int:
-    dsn = resolve_dsn(args)
     try:
-        if not dsn:
-            raise CliError(NO_DSN)
-        with connect(dsn, unreachable_hint="is the server running, and the DSN right?") as conn:
+        with connect_to(args, unreachable_hint="is the server running, and the DSN right?") as conn:
             return body(conn)
     except _migrate.MigrationError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -140,13 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.set_defaults(func=cmd_postgres)
     for name, module, helptext in (
-        ("bench", "bench", "benchmark against the official saver"),
-        ("demo", "demo", "run a long agent session on the embedded Postgres"),
-        ("inspect", "inspect", "show one thread's checkpoints and delta state"),
-        ("prune", "_prune_cli", "delete old checkpoints, keeping what DeltaChannel state needs"),
+        ("bench", "..bench.main", "benchmark against the official saver"),
+        ("demo", ".demo", "run a long agent session on the embedded Postgres"),
+        ("inspect", ".inspect", "show one thread's checkpoints and delta state"),
+        ("prune", ".prune", "delete old checkpoints, keeping what DeltaChannel state needs"),
     ):
         try:
-            mod = __import__(f"langgraph_delta_postgres.{module}", fromlist=["add_arguments"])
+            mod = importlib.import_module(module, __package__)  # relative to cli/
         except ImportError:
             continue
         sp = sub.add_parser(name, help=helptext)

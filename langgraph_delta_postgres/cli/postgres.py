@@ -109,7 +109,7 @@ def embedded_postgres(directory: str | os.PathLike[str] | None = None) -> Iterat
 def started(directory: str | os.PathLike[str] | None = None, *, fallback: str) -> Iterator[str]:
     """:func:`embedded_postgres` for the CLI: a failure to start is a one-line
     :class:`CliError` that ends with ``fallback`` (what to do instead)."""
-    from ._cliutil import CliError
+    from ._util import CliError
 
     stack = contextlib.ExitStack()
     try:

@@ -13,10 +13,10 @@
   hits, milliseconds, and what the cache holds after.
 
 Every statement is a block of ``sql/inspect.sql``. Failures are reported as one line
-that says what to do, never as a traceback (see :mod:`._cliutil`).
+that says what to do, never as a traceback (see :mod:`._util`).
 
 Note: this module shadows the standard library's ``inspect`` only as
-``langgraph_delta_postgres.inspect``; nothing in the package imports the stdlib one by a
+``langgraph_delta_postgres.cli.inspect``; nothing in the package imports the stdlib one by a
 bare relative name.
 """
 
@@ -32,8 +32,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from langgraph_delta_postgres import migrate as _migrate
-from langgraph_delta_postgres._cliutil import CliError, connect, db_error, resolve_dsn
 from langgraph_delta_postgres._sql import Queries
+from langgraph_delta_postgres.cli._util import CliError, connect_to, db_error
 from langgraph_delta_postgres.saver import DeltaPostgresSaver
 
 #: Depth guard of the walk query (as the saver's ``max_history_depth``).
@@ -432,12 +432,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        dsn = resolve_dsn(args)
-        if not dsn:
-            raise CliError("no database: pass --dsn or set DATABASE_URL")
-        with connect(
-            dsn, unreachable_hint="is Postgres running there? check host and port in --dsn"
-        ) as conn:
+        with connect_to(args) as conn:
             check_migrated(conn, args.schema)
             try:
                 rep = thread_report(conn, args.schema, args.thread, args.ns, load=args.load)

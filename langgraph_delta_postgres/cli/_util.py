@@ -75,7 +75,7 @@ _SERVER_SAID = re.compile(r"\b(?:FATAL|ERROR|PANIC):\s+(.*)")
 def setup_required(e: psycopg.Error, schema: str | None) -> CliError:
     """A statement found the tables missing (UndefinedTable/UndefinedColumn): say to run
     ``langgraph-delta-pg migrate``, as the savers' SetupRequiredError does."""
-    from ._core import setup_required as _setup_required
+    from ..errors import setup_required as _setup_required
 
     return CliError(str(_setup_required(e, schema, cli=True)))
 
@@ -90,6 +90,23 @@ def connect(dsn: str, *, unreachable_hint: str) -> psycopg.Connection[Any]:
         return psycopg.connect(dsn, **kwargs)
     except psycopg.Error as e:
         raise CliError(explain_connect_error(e, unreachable_hint=unreachable_hint)) from None
+
+
+#: What a database command says without --dsn or DATABASE_URL.
+NO_DSN = "no database: pass --dsn or set DATABASE_URL"
+#: What to check when no server answers at the DSN a user gave.
+CHECK_DSN = "is Postgres running there? check host and port in --dsn"
+
+
+def connect_to(
+    args: argparse.Namespace, *, unreachable_hint: str = CHECK_DSN
+) -> psycopg.Connection[Any]:
+    """The connection of a command's ``--dsn`` (or ``DATABASE_URL``), or :class:`CliError`
+    (none given, or :func:`connect`'s)."""
+    dsn = resolve_dsn(args)
+    if not dsn:
+        raise CliError(NO_DSN)
+    return connect(dsn, unreachable_hint=unreachable_hint)
 
 
 def db_error(e: psycopg.Error) -> CliError:

@@ -30,9 +30,9 @@ import psycopg
 from langchain_core.runnables import RunnableConfig
 
 from .. import DeltaPostgresSaver
-from .._workloads import build_graph, run_turns
 from ..migrate import migrate
 from .common import Interleaved, connect_official, connect_ours
+from .workloads import build_graph, run_turns
 
 RESUME_LOOP = 45
 PAGE = 10

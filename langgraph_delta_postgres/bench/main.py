@@ -2,7 +2,7 @@
 
 What runs (one database, one thread per saver and workload):
 
-* real compiled graphs (:mod:`._workloads`): ``messages`` (snapshot_frequency swept),
+* real compiled graphs (:mod:`.workloads`): ``messages`` (snapshot_frequency swept),
   ``coding_a``, ``coding_b`` on four savers -- ours with ``DeltaChannel`` fields, the
   official saver with the same fields, ours with classic full-snapshot fields (the
   O(N^2) baseline) and ``InMemorySaver`` (latency reference). Storage is the growth of
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._install import install_hint
+from ..cli._install import install_hint
 
 BENCH_INSTALL_HINT = install_hint("bench")
 RTTS = {"0": 0.0, "0.5": 0.5, "2": 2.0}
@@ -52,7 +52,7 @@ class Scale:
 
 
 def _scales() -> dict[str, Scale]:
-    from ._bench.micro import MicroScale
+    from .micro import MicroScale
 
     return {
         "full": Scale(
@@ -138,7 +138,7 @@ def _server(dsn: str | None) -> Iterator[tuple[str, str]]:
     if dsn:
         yield dsn, "--dsn"
         return
-    from ._embedded import embedded_postgres
+    from ..cli.postgres import embedded_postgres
 
     with embedded_postgres() as d:
         yield d, "embedded (pgserver)"
@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    from ._embedded import EmbeddedPostgresUnavailable
+    from ..cli.postgres import EmbeddedPostgresUnavailable
 
     scale_name = getattr(args, "scale", None) or ("quick" if args.quick else "full")
     scale = _scales()[scale_name]
@@ -177,11 +177,11 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         if getattr(args, "only", None) == "retention":
-            from ._bench.retention import run_alone
+            from .retention import run_alone
 
             results = run_alone(args, scale_name, _server, _command_line(args))
         elif getattr(args, "only", None) == "load":
-            from ._bench.load import run_alone as run_load_alone
+            from .load import run_alone as run_load_alone
 
             results = run_load_alone(args, scale_name, _server, _command_line(args))
         else:
@@ -199,13 +199,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {args.json}")
     if "headline" not in results:  # --only: no headline; load writes its own page
         if args.out and "load" in results:
-            from ._bench.report import write_load_report
+            from .report import write_load_report
 
             for p in write_load_report(results, Path(args.out)):
                 print(f"wrote {p}")
         return 0
     if args.out:
-        from ._bench.report import write_report
+        from .report import write_report
 
         paths = write_report(results, Path(args.out))
         for p in paths:
@@ -221,12 +221,12 @@ def _log(msg: str) -> None:
 def _run(args: argparse.Namespace, scale: Scale) -> dict[str, Any]:
     import psycopg
 
-    from ._bench.common import freeze_autovacuum, machine_facts, open_savers, scratch_database
-    from ._bench.graphs import SaverSpec, run_workload
-    from ._bench.loads import run_loads
-    from ._bench.micro import run_micro
-    from ._bench.proxy import LatencyProxy, upstream_of
-    from .migrate import migrate
+    from ..migrate import migrate
+    from .common import freeze_autovacuum, machine_facts, open_savers, scratch_database
+    from .graphs import SaverSpec, run_workload
+    from .loads import run_loads
+    from .micro import run_micro
+    from .proxy import LatencyProxy, upstream_of
 
     started = time.time()
     t0 = time.perf_counter()
@@ -294,11 +294,11 @@ def _run(args: argparse.Namespace, scale: Scale) -> dict[str, Any]:
                 res["micro"] = run_micro(dsn, net, scale.micro, _log)
                 res["micro"]["seconds"] = time.perf_counter() - m0
                 res["explain"] = _explain(meter, res["micro"])
-                from ._bench.retention import run_retention
+                from .retention import run_retention
 
                 res["retention"] = run_retention(dsn, scale.name, _log)
 
-                from ._bench.listput import run_listput
+                from .listput import run_listput
 
                 _log("writes and list")
                 res["listput"] = run_listput(dsn, scale.name, _log)
@@ -308,7 +308,7 @@ def _run(args: argparse.Namespace, scale: Scale) -> dict[str, Any]:
             res["loads"] = run_loads(loads_dsn, scale.name, scale.resume_rounds, _log)
             res["loads"]["scratch"] = loads_where
         res["loads"]["seconds"] = time.perf_counter() - l0
-        from ._bench.load import run_load
+        from .load import run_load
 
         _log("load: concurrent sessions on one server")
         l0 = time.perf_counter()
@@ -322,7 +322,7 @@ def _run(args: argparse.Namespace, scale: Scale) -> dict[str, Any]:
 def _select1(dsn: str, proxies: dict[str, Any]) -> dict[str, Any]:
     import psycopg
 
-    from ._bench.common import Interleaved
+    from .common import Interleaved
 
     iv = Interleaved()
     conns = {}
@@ -340,8 +340,8 @@ def _explain(conn: Any, micro: dict[str, Any]) -> dict[str, str]:
     """EXPLAIN (ANALYZE, BUFFERS) of our statement on the headline targets."""
     from psycopg import sql
 
-    from . import DeltaPostgresSaver
-    from ._cache import NO_PLAN
+    from .. import DeltaPostgresSaver
+    from .._cache import NO_PLAN
 
     out = {}
     saver = DeltaPostgresSaver(conn)
@@ -382,10 +382,10 @@ def _headline(res: dict[str, Any]) -> dict[str, Any]:
                 "turns": last["turns"], "full_snapshot_bytes": full, "delta_bytes": delta,
                 "full_over_delta": full / delta,
             }
-    from ._bench.listput import headline as listput_headline
+    from .listput import headline as listput_headline
 
     h.update(listput_headline(res))
-    from ._bench.load import headline as load_headline
+    from .load import headline as load_headline
 
     h.update(load_headline(res))
     return h

@@ -30,10 +30,10 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 from .. import DeltaPostgresSaver
 from .._compat import _DeltaSnapshot
-from .._core import DEFAULT_PREPARE_THRESHOLD
-from .._workloads import build_graph, user_input
+from .._connect import DEFAULT_PREPARE_THRESHOLD
 from .common import Interleaved, connect_official, connect_ours, ratio_summary, summary
 from .rows import copy_threads, write_chain
+from .workloads import build_graph, user_input
 
 LIST_LIMITS = (1, 10)
 
@@ -297,7 +297,7 @@ def markdown(res: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m langgraph_delta_postgres._bench.listput [full|quick|tiny]``: the
+    """``python -m langgraph_delta_postgres.bench.listput [full|quick|tiny]``: the
     many-threads ``list`` part alone, on an embedded Postgres (a scratch database)."""
     import sys
     import uuid
@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> None:
     import psycopg
     from langgraph.checkpoint.postgres import PostgresSaver
 
-    from .._embedded import embedded_postgres
+    from ..cli.postgres import embedded_postgres
     from ..migrate import migrate
     from .common import freeze_autovacuum, scratch_database
 

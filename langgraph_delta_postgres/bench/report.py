@@ -252,7 +252,7 @@ def markdown(res: dict[str, Any], img_rel: str, images: list[Path]) -> str:
         "dict-merge reducer: the O(N^2) baseline) and **InMemorySaver** (latency reference). "
         "Connections as each saver's `from_conn_string` opens them (official: "
         "`prepare_threshold=0`, `dict_row`).",
-        "- Workloads are real compiled graphs from `langgraph_delta_postgres._workloads` "
+        "- Workloads are real compiled graphs from `langgraph_delta_postgres.bench.workloads` "
         "(deterministic, no model). The threads grow in lockstep to each turn count; at each "
         "point: storage, per-invoke latency of the segment, resume latency.",
         "- **Storage** = growth of `pg_total_relation_size` (heap + TOAST + indexes) of "

@@ -48,8 +48,8 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from langgraph_delta_postgres._core import DEFAULT_PREPARE_THRESHOLD, connect_kwargs
-from langgraph_delta_postgres._workloads import build_graph, run_turns, user_input
+from langgraph_delta_postgres._connect import DEFAULT_PREPARE_THRESHOLD, connect_kwargs
+from langgraph_delta_postgres.bench.workloads import build_graph, run_turns, user_input
 
 HISTORY_EVERY = 10
 PAGE = 10

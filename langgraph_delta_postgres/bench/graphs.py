@@ -9,7 +9,6 @@ from typing import Any
 
 import psycopg
 
-from .._workloads import build_graph, user_input
 from .common import (
     Interleaved,
     Savers,
@@ -18,6 +17,7 @@ from .common import (
     thread_payload_bytes,
 )
 from .micro import count_call
+from .workloads import build_graph, user_input
 
 
 @dataclass(frozen=True)

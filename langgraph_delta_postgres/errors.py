@@ -1,0 +1,90 @@
+"""The errors this package raises, in one place (all importable from the package too).
+
+``DeltaPruneError`` is no longer raised: importing it still works, with a
+``DeprecationWarning`` (see :func:`__getattr__`).
+"""
+
+from __future__ import annotations
+
+import shlex
+import warnings
+from typing import Any
+
+import psycopg
+
+
+class HistoryError(RuntimeError):
+    """The parent chain of a checkpoint is corrupt (a checkpoint met twice: a cycle of
+    parent pointers) or deeper than ``max_history_depth``."""
+
+
+class CorruptCheckpointError(RuntimeError):
+    """A stored checkpoint row is not a checkpoint (e.g. its JSON is ``{}``)."""
+
+
+class SetupRequiredError(psycopg.errors.UndefinedTable):
+    """The checkpoint tables (or columns) this package needs are missing: run ``setup()``.
+
+    A subclass of the ``UndefinedTable`` error it replaces, so existing handlers still
+    catch it; that error is its ``__cause__``.
+    """
+
+
+class MigrationError(RuntimeError):
+    """Migrations cannot be applied as they are (drift, a bad file, a busy connection)."""
+
+
+class _DeltaPruneError(RuntimeError):
+    """A maintenance call would leave a DeltaChannel thread unable to rebuild its state.
+
+    No longer raised: ``prune`` and ``delete_for_runs`` keep what DeltaChannel state
+    needs instead of refusing. Kept so that code catching it still imports."""
+
+
+_DeltaPruneError.__name__ = _DeltaPruneError.__qualname__ = "DeltaPruneError"
+
+#: Names that still import, with a DeprecationWarning, and what they are.
+DEPRECATED: dict[str, tuple[Any, str]] = {
+    "DeltaPruneError": (
+        _DeltaPruneError,
+        "DeltaPruneError is deprecated and never raised: prune and delete_for_runs keep "
+        "what DeltaChannel state needs instead of refusing; stop catching it",
+    ),
+}
+
+
+def deprecated(module: str, name: str) -> Any:
+    """A deprecated name of ``module`` (a module ``__getattr__``): warn, then return it."""
+    try:
+        value, why = DEPRECATED[name]
+    except KeyError:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}") from None
+    warnings.warn(why, DeprecationWarning, stacklevel=3)
+    return value
+
+
+def __getattr__(name: str) -> Any:
+    return deprecated(__name__, name)
+
+
+def setup_required(
+    error: psycopg.Error, schema: str | None, *, cli: bool = False
+) -> SetupRequiredError:
+    """The SetupRequiredError of ``error`` (an UndefinedTable/UndefinedColumn of a
+    statement of this package): the tables are missing or not migrated. ``cli``: worded
+    for the command line (run ``migrate``; Postgres's own first line only)."""
+    where = f" in schema {schema!r}" if schema else ""
+    migrate = f"langgraph-delta-pg migrate{f' --schema {shlex.quote(schema)}' if schema else ''}"
+    if isinstance(error, SetupRequiredError) and isinstance(error.__cause__, psycopg.Error):
+        error = error.__cause__  # the saver's own: word it again from Postgres's error
+    if cli:
+        said = error.diag.message_primary or str(error).split("\n", 1)[0]
+        return SetupRequiredError(
+            f"the checkpoint tables{where} are missing or not migrated: run `{migrate}` "
+            f"first ({said})"
+        )
+    return SetupRequiredError(
+        f"the checkpoint tables{where} are missing or not migrated: call the saver's "
+        f"setup() once (or run `{migrate}`) before using it "
+        f"({' '.join(str(error).split())})"
+    )
