@@ -21,7 +21,7 @@ from .errors import (
     HistoryError,
     MigrationError,
     SetupRequiredError,
-    deprecated,
+    _deprecated,
 )
 from .saver import DeltaPostgresSaver
 
@@ -44,4 +44,4 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     """``DeltaPruneError``: still importable, with a DeprecationWarning (see .errors)."""
-    return deprecated(__name__, name)
+    return _deprecated(__name__, name)

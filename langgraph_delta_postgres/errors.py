@@ -44,7 +44,7 @@ class _DeltaPruneError(RuntimeError):
 _DeltaPruneError.__name__ = _DeltaPruneError.__qualname__ = "DeltaPruneError"
 
 #: Names that still import, with a DeprecationWarning, and what they are.
-DEPRECATED: dict[str, tuple[Any, str]] = {
+_DEPRECATED: dict[str, tuple[Any, str]] = {
     "DeltaPruneError": (
         _DeltaPruneError,
         "DeltaPruneError is deprecated and never raised: prune and delete_for_runs keep "
@@ -53,10 +53,10 @@ DEPRECATED: dict[str, tuple[Any, str]] = {
 }
 
 
-def deprecated(module: str, name: str) -> Any:
+def _deprecated(module: str, name: str) -> Any:
     """A deprecated name of ``module`` (a module ``__getattr__``): warn, then return it."""
     try:
-        value, why = DEPRECATED[name]
+        value, why = _DEPRECATED[name]
     except KeyError:
         raise AttributeError(f"module {module!r} has no attribute {name!r}") from None
     warnings.warn(why, DeprecationWarning, stacklevel=3)
@@ -64,7 +64,7 @@ def deprecated(module: str, name: str) -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    return deprecated(__name__, name)
+    return _deprecated(__name__, name)
 
 
 def setup_required(
