@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import random
 import shlex
 import time
@@ -107,10 +108,119 @@ class _Prefetch:
     rows: list[tuple[Any, ...]]
 
 
-#: One slot per thread / asyncio task (a context): set by get_tuple, taken by the next
-#: history call of the same saver if it asks for that checkpoint, and cleared by any
-#: write this context makes (so an answer never predates a write its caller made).
-_PREFETCH: ContextVar[_Prefetch | None] = ContextVar("lgdp_history_prefetch", default=None)
+class _Listed:
+    """The rows of a ``list`` call, for the history calls LangGraph makes next, one per
+    listed checkpoint (``get_state_history``: ``list``, then ``channels_from_checkpoint``
+    on every tuple). A checkpoint's history is its parent chain's writes down to the
+    nearest stored value (delta_history.sql): when the whole of that chain is in the
+    listing, the answer is read from these rows, in the snapshot the tuples came from,
+    with no statement; otherwise (a page whose chains reach below it, a filtered list)
+    the statement answers as usual.
+
+    Every value is decoded once (``serde.loads_typed``) and kept pickled; each answer
+    unpickles its own copies, so no two answers, and no answer and a listed tuple, share
+    an object (the cache's isolation rule, _cache.py)."""
+
+    __slots__ = ("saver", "thread_id", "rows", "_writes", "_seeds", "broken")
+
+    def __init__(self, saver: object, thread_id: str, rows: list[Row]) -> None:
+        self.saver = saver
+        self.thread_id = thread_id
+        #: (namespace, checkpoint id) -> its row (a list without checkpoint_ns spans all)
+        self.rows = {(r["checkpoint_ns"], r["checkpoint_id"]): r for r in rows}
+        #: (checkpoint id, channel) -> pickled list of its writes of that channel
+        self._writes: dict[tuple[str, str], bytes] = {}
+        #: (checkpoint id, channel) -> ("b", pickled value) | ("i", inline value)
+        self._seeds: dict[tuple[str, str], tuple[str, Any]] = {}
+        #: a value that does not pickle: this listing answers nothing more
+        self.broken = False
+
+    def _seed_of(self, row: Row, ch: str, loads: Any) -> tuple[str, Any] | None:
+        """The value ``row`` stores for ``ch`` (what the walk's "stores a value" reads:
+        a non-"empty" blob at the row's version, or an inline primitive), or None."""
+        key = (row["checkpoint_id"], ch)
+        got = self._seeds.get(key)
+        if got is not None:
+            return got
+        if row["blob_channels"] and ch in row["blob_channels"]:
+            i = row["blob_channels"].index(ch)
+            got = ("b", pickle.dumps(
+                loads((row["blob_types"][i], row["blob_values"][i])), protocol=5))
+        else:
+            values = row["checkpoint"].get("channel_values") or {}
+            if ch not in values:
+                return None
+            got = ("i", values[ch])
+        self._seeds[key] = got
+        return got
+
+    def _writes_of(self, row: Row, ch: str, loads: Any) -> bytes | None:
+        if not row["write_task_ids"] or ch not in row["write_channels"]:
+            return None
+        key = (row["checkpoint_id"], ch)
+        got = self._writes.get(key)
+        if got is None:
+            ws = [
+                (tid, c, loads((typ, blob)))
+                for tid, c, typ, blob in zip(
+                    row["write_task_ids"], row["write_channels"], row["write_types"],
+                    row["write_blobs"], strict=True,
+                )
+                if c == ch
+            ]
+            got = self._writes[key] = pickle.dumps(ws, protocol=5)
+        return got
+
+    def answer(
+        self, ns: str, checkpoint_id: str, channels: list[str], loads: Any
+    ) -> dict[str, DeltaChannelHistory] | None:
+        """The history of ``channels`` at ``checkpoint_id`` from the listed rows; None
+        when a chain leaves the listing (or loops: the statement then raises)."""
+        target = self.rows.get((ns, checkpoint_id))
+        if target is None or self.broken:
+            return None
+        result: dict[str, DeltaChannelHistory] = {}
+        try:
+            for ch in channels:
+                parts: list[bytes] = []
+                seed: tuple[str, Any] | None = None
+                cid = target["parent_checkpoint_id"]
+                steps = 0
+                while cid is not None:
+                    row = self.rows.get((ns, cid))
+                    steps += 1
+                    if row is None or steps > len(self.rows):
+                        return None  # below the listing, or a cycle
+                    w = self._writes_of(row, ch, loads)
+                    if w is not None:
+                        parts.append(w)
+                    seed = self._seed_of(row, ch, loads)
+                    if seed is not None:
+                        break
+                    cid = row["parent_checkpoint_id"]
+                writes: list[PendingWrite] = []
+                for data in reversed(parts):
+                    writes.extend(pickle.loads(data))
+                entry: DeltaChannelHistory = {"writes": writes}
+                if seed is not None:
+                    entry["seed"] = pickle.loads(seed[1]) if seed[0] == "b" else seed[1]
+                result[ch] = entry
+        except (pickle.PicklingError, TypeError, AttributeError):
+            self.broken = True
+            return None
+        return result
+
+
+#: Whether list() keeps its rows for the history calls after it (:class:`_Listed`).
+LIST_PREFETCH = True
+
+#: One slot per thread / asyncio task (a context): set by get_tuple (taken by the next
+#: history call of the same saver if it asks for that checkpoint) or by list (serving
+#: the history calls on its checkpoints until the next read or write), and cleared by
+#: any write this context makes (so an answer never predates a write its caller made).
+_PREFETCH: ContextVar[_Prefetch | _Listed | None] = ContextVar(
+    "lgdp_history_prefetch", default=None
+)
 
 #: The columns of checkpoints.select_tuples, as delta_history.tuple_history sends them
 #: after the history's 8 columns and hist_channels (rows by position).
@@ -557,6 +667,8 @@ class SaverCore(BaseCheckpointSaver[str]):
             parts.append(q["checkpoints.keys_end"])
         parts.append(q["checkpoints.tuples_of"])
         rows = yield Stmt(sql.SQL(" ").join(parts), params, binary=True)
+        if rows and config is not None and LIST_PREFETCH:
+            _PREFETCH.set(_Listed(self, params["thread_id"], rows))
         with gc_paused():  # see _cache.gc_paused
             return [self._row_to_tuple(r) for r in rows]
 
@@ -570,7 +682,14 @@ class SaverCore(BaseCheckpointSaver[str]):
         checkpoint_id = get_checkpoint_id(config) or None
         cache = self.history_cache
         pre = _PREFETCH.get()
-        if pre is not None:
+        if isinstance(pre, _Listed):
+            if pre.saver is self and pre.thread_id == thread_id and checkpoint_id:
+                with gc_paused():  # see _cache.gc_paused
+                    got_listed = pre.answer(ns, checkpoint_id, wanted, self.serde.loads_typed)
+                if got_listed is not None:
+                    self._walk.answered(prefetched=True, uncached=False)
+                    return got_listed
+        elif pre is not None:
             _PREFETCH.set(None)  # taken once
             if (
                 pre.saver is self

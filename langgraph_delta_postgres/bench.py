@@ -36,6 +36,7 @@ from typing import Any
 from ._install import install_hint
 
 BENCH_INSTALL_HINT = install_hint("bench")
+AGENT_INSTALL_HINT = install_hint("agent")
 RTTS = {"0": 0.0, "0.5": 0.5, "2": 2.0}
 
 
@@ -116,11 +117,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="DIR",
                    help="write DIR/benchmarks.md and DIR/img/*.png (plots)")
     p.add_argument("--scale", choices=("full", "quick", "tiny"), help=argparse.SUPPRESS)
-    p.add_argument("--only", choices=("retention",), help="run only this part of the benchmark")
+    p.add_argument(
+        "--only", choices=("retention", "agent"),
+        help="run only this part of the benchmark (agent: a deepagents session, needs the "
+        "'agent' extra: " + AGENT_INSTALL_HINT + ")",
+    )
 
 
-def _missing_deps() -> list[str]:
+def _missing_deps(only: str | None = None) -> list[str]:
     missing = []
+    if only == "agent":
+        from ._bench.agent import available
+
+        if not available():
+            missing.append("deepagents")
     try:
         import langgraph.checkpoint.postgres  # noqa: F401
     except ImportError:
@@ -161,10 +171,14 @@ def _command_line(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    missing = _missing_deps()
+    missing = _missing_deps(getattr(args, "only", None))
     if missing:
+        hint = (
+            install_hint("bench,agent") if getattr(args, "only", None) == "agent"
+            else BENCH_INSTALL_HINT
+        )
         print(
-            f"error: the benchmark needs {' and '.join(missing)}: {BENCH_INSTALL_HINT}",
+            f"error: the benchmark needs {' and '.join(missing)}: {hint}",
             file=sys.stderr,
         )
         return 2
@@ -179,6 +193,10 @@ def run(args: argparse.Namespace) -> int:
             from ._bench.retention import run_alone
 
             results = run_alone(args, scale_name, _server, _command_line(args))
+        elif getattr(args, "only", None) == "agent":
+            from ._bench.agent import run_alone as run_agent_alone
+
+            results = run_agent_alone(args, scale_name, _server, _command_line(args))
         else:
             results = _run(args, scale)
     except EmbeddedPostgresUnavailable as e:
@@ -192,6 +210,17 @@ def run(args: argparse.Namespace) -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=1, default=str) + "\n")
         print(f"wrote {args.json}")
+    if "agent" in results and "headline" not in results:  # --only agent
+        from ._bench.agent import headline as agent_headline
+
+        if args.out:
+            from ._bench.report import write_agent_report
+
+            print(f"wrote {write_agent_report(results, Path(args.out))}")
+        for k, v in agent_headline(results).items():
+            print(f"  {k}: " + ", ".join(
+                f"{a}={b:.2f}" if isinstance(b, float) else f"{a}={b}" for a, b in v.items()))
+        return 0
     if "headline" not in results:  # --only: no report, no headline
         return 0
     if args.out:
@@ -297,6 +326,16 @@ def _run(args: argparse.Namespace, scale: Scale) -> dict[str, Any]:
         with scratch_database(server_dsn, uuid.uuid4().hex[:10]) as (loads_dsn, _):
             res["loads"] = run_loads(loads_dsn, scale.name, scale.resume_rounds, _log)
         res["loads"]["seconds"] = time.perf_counter() - l0
+        from ._bench.agent import available, run_agent
+
+        if available():  # the optional 'agent' extra
+            _log("agent: a deepagents session, scripted model (ours, official, InMemorySaver)")
+            a0 = time.perf_counter()
+            with scratch_database(server_dsn, uuid.uuid4().hex[:10]) as (agent_dsn, _):
+                res["agent"] = run_agent(agent_dsn, scale.name, _log)
+            res["agent"]["seconds"] = time.perf_counter() - a0
+        else:
+            _log("agent: skipped (deepagents is not installed: " + AGENT_INSTALL_HINT + ")")
     res["seconds"] = time.perf_counter() - t0
     res["headline"] = _headline(res)
     return res
@@ -368,6 +407,9 @@ def _headline(res: dict[str, Any]) -> dict[str, Any]:
     from ._bench.listput import headline as listput_headline
 
     h.update(listput_headline(res))
+    from ._bench.agent import headline as agent_headline
+
+    h.update(agent_headline(res))
     return h
 
 

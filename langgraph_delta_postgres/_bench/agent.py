@@ -53,7 +53,7 @@ class AgentScale:
 
 
 SCALES = {
-    "full": AgentScale(150, 20_000, 7, 5),
+    "full": AgentScale(150, 20_000, 7, 3),
     "quick": AgentScale(30, 8_000, 3, 3),
     "tiny": AgentScale(6, 4_000, 2, 2),
 }
@@ -150,6 +150,9 @@ def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str
                 t0 = time.perf_counter()
                 graphs[k].invoke(_turn_inputs(i), _cfg(threads[k]))
                 lat[k].append(time.perf_counter() - t0)
+            if (i + 1) % 25 == 0 or i + 1 == sc.turns:
+                log(f"    turn {i + 1}: " + ", ".join(
+                    f"{k} {lat[k][-1] * 1000:.0f} ms" for k in SAVERS_RUN))
         out["turn_latency"] = {
             "stats": {k: summary(v) for k, v in lat.items()},
             "total_s": {k: sum(v) for k, v in lat.items()},
@@ -195,27 +198,31 @@ def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str
         def thread_of(name: str) -> str:
             return threads["ours" if name.startswith("ours") else name]
 
-        # the answers agree before anything is timed (ours read back in every mode)
+        # the whole histories agree before anything is timed (ours read back with and
+        # without the cache; a new saver's path is the warm one's with an empty cache)
+        checked = ("ours_warm", "ours_nocache", "official", "inmemory")
         hist = {
             n: [normalized(s.values) for s in reader(n)().get_state_history(_cfg(thread_of(n)))]
-            for n in SAVERS_READ
+            for n in checked
         }
-        out["histories_equal"] = all(hist[n] == hist["ours_warm"] for n in SAVERS_READ)
+        out["histories_equal"] = all(hist[n] == hist["ours_warm"] for n in checked)
         out["history_entries"] = len(hist["ours_warm"])
         del hist
 
-        ops: dict[str, tuple[Callable[[Any, str], Any], int]] = {
-            "get_state": (lambda g, t: g.get_state(_cfg(t)).values, sc.rounds),
+        # (the timed call, rounds, warm-up calls): a whole pass is long and warmed by the
+        # check above
+        ops: dict[str, tuple[Callable[[Any, str], Any], int, int]] = {
+            "get_state": (lambda g, t: g.get_state(_cfg(t)).values, sc.rounds, 1),
             "history_page": (
                 lambda g, t: [s.values for s in g.get_state_history(_cfg(t), limit=PAGE)],
-                sc.rounds,
+                sc.rounds, 1,
             ),
             "history_all": (
                 lambda g, t: [s.values for s in g.get_state_history(_cfg(t))],
-                sc.history_rounds,
+                sc.history_rounds, 0,
             ),
         }
-        for what, (op, rounds) in ops.items():
+        for what, (op, rounds, warmup) in ops.items():
             iv = Interleaved()
             iv.run(
                 {
@@ -223,6 +230,7 @@ def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str
                     for n in SAVERS_READ
                 },
                 rounds,
+                warmup=warmup,
             )
             out[what] = {
                 "stats": {n: iv.stats(n) for n in SAVERS_READ},
@@ -231,8 +239,9 @@ def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str
                 "ours_warm_over_inmemory": iv.ratio("ours_warm", "inmemory"),
             }
             r = out[what]
+            over = r["official_over"]
             log(
-                f"  agent {what}: official/ours warm {r['official_over']['ours_warm']['median']:.2f}x, "
+                f"  agent {what}: official/ours warm {over['ours_warm']['median']:.2f}x, "
                 f"new saver {r['official_over']['ours']['median']:.2f}x, "
                 f"cache_bytes=0 {r['official_over']['ours_nocache']['median']:.2f}x, "
                 f"ours warm/InMemorySaver {r['ours_warm_over_inmemory']['median']:.2f}x "
@@ -256,3 +265,48 @@ def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str
         )
     return out
 
+
+
+def run_alone(
+    args: Any, scale: str, server: Callable[[str | None], Any], command: str
+) -> dict[str, Any]:
+    """``langgraph-delta-pg bench --only agent``: this part alone, on a scratch database
+    of the same server the full run uses."""
+    import uuid
+
+    import psycopg
+
+    from .common import machine_facts, scratch_database
+
+    res: dict[str, Any] = {"command": command, "scale": scale}
+    with server(args.dsn) as (server_dsn, source), scratch_database(
+        server_dsn, uuid.uuid4().hex[:10]
+    ) as (dsn, where):
+        res["database"] = {"source": source, "scratch": where}
+        with psycopg.connect(dsn, autocommit=True) as meter:
+            res["machine"] = machine_facts(meter)
+        t0 = time.perf_counter()
+        res["agent"] = run_agent(dsn, scale, lambda m: print(m, flush=True))
+        res["agent"]["seconds"] = time.perf_counter() - t0
+    return res
+
+
+def headline(res: dict[str, Any]) -> dict[str, Any]:
+    """The headline line of the agent section (none when it did not run)."""
+    a = res.get("agent")
+    if not a:
+        return {}
+    gs, ha = a["get_state"], a["history_all"]
+    return {
+        "agent": {
+            "turns": a["turns"],
+            "get_state_official_over_ours_warm": gs["official_over"]["ours_warm"]["median"],
+            "get_state_official_over_ours_new": gs["official_over"]["ours"]["median"],
+            "get_state_official_over_ours_nocache": gs["official_over"]["ours_nocache"]["median"],
+            "get_state_ours_warm_over_inmemory": gs["ours_warm_over_inmemory"]["median"],
+            "history_all_official_over_ours_warm": ha["official_over"]["ours_warm"]["median"],
+            "history_all_official_over_ours_new": ha["official_over"]["ours"]["median"],
+            "turn_ours_over_official": a["turn_latency"]["ours_over_official"]["median"],
+            "states_equal": a["states_equal"],
+        }
+    }

@@ -39,7 +39,8 @@ Call = tuple[str, dict[str, Any]]
 
 def module_source(turn: int, lines: int = 40) -> str:
     """A file's text as an agent writes it: ~1.5 KB of code that differs per turn."""
-    body = [f"# module {turn % 12}, written at turn {turn}", "from __future__ import annotations", ""]
+    body = [f"# module {turn % 12}, written at turn {turn}",
+            "from __future__ import annotations", ""]
     for j in range(lines):
         body.append(f"def f_{turn}_{j}(x: int) -> int:\n    return x * {j} + {turn}  # step {j}")
     return "\n".join(body) + "\n"
@@ -72,7 +73,8 @@ def turn_plan(turn: int) -> list[list[Call]]:
                                 if (turn - 1) % 6 == 0 else "/src/README.md",
                                 "limit": 40})]]
     if kind == 2:
-        return [[("write_file", {"file_path": f"/src/pkg_{turn}.py", "content": module_source(turn, 25)})],
+        return [[("write_file", {"file_path": f"/src/pkg_{turn}.py",
+                                 "content": module_source(turn, 25)})],
                 [("edit_file", {"file_path": f"/src/pkg_{turn}.py",
                                 "old_string": f"# module {turn % 12}, written at turn {turn}",
                                 "new_string": f"# module {turn % 12}, edited at turn {turn}"})]]
