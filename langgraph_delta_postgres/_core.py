@@ -579,7 +579,10 @@ class SaverCore(BaseCheckpointSaver[str]):
             with gc_paused():  # see _cache.gc_paused
                 return self._row_to_tuple(rows[0])
         cache = self.history_cache
-        plan = cache.plan(thread_id, ns, None, None) if cache is not None else NO_PLAN
+        plan = (
+            cache.plan(thread_id, ns, None, None, admit_unseen=False)
+            if cache is not None else NO_PLAN
+        )
         rows = yield Stmt(
             self.tuple_history_query(),
             {"tasks": TASKS, **self._history_params(thread_id, ns, None, None, plan)},
