@@ -124,13 +124,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _missing_deps(only: str | None = None) -> list[str]:
+def _missing_deps() -> list[str]:
     missing = []
-    if only == "agent":
-        from ._bench.agent import available
-
-        if not available():
-            missing.append("deepagents")
     try:
         import langgraph.checkpoint.postgres  # noqa: F401
     except ImportError:
@@ -171,7 +166,12 @@ def _command_line(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    missing = _missing_deps(getattr(args, "only", None))
+    missing = _missing_deps()
+    if getattr(args, "only", None) == "agent":
+        from ._bench.agent import available
+
+        if not available():
+            missing.append("deepagents")
     if missing:
         hint = (
             install_hint("bench,agent") if getattr(args, "only", None) == "agent"

@@ -174,8 +174,11 @@ def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str
             "messages": len(head.get("messages", [])),
             "files": len(head.get("files", {})),
             "summarized": head.get("_summarization_event") is not None,
+            # of the root namespace (the subagent's runs checkpoint in their own)
             "checkpoints": {
-                k: sum(1 for _ in run_savers[k].list(_cfg(threads[k]))) for k in SAVERS_RUN
+                k: sum(1 for _ in run_savers[k].list(
+                    {"configurable": {"thread_id": threads[k], "checkpoint_ns": ""}}
+                )) for k in SAVERS_RUN
             },
         }
         norm = {k: normalized(f.values) for k, f in finals.items()}
