@@ -212,7 +212,8 @@ class _Listed:
 
 
 #: Whether list() keeps its rows for the history calls after it (:class:`_Listed`).
-LIST_PREFETCH = False  # off: an inline null seed reads differently from the walk (test_pgbouncer prune_keep_latest); see CHANGELOG
+#: Off: a seed read from the listing differed from the walk after prune (test_pgbouncer).
+LIST_PREFETCH = False
 
 #: One slot per thread / asyncio task (a context): set by get_tuple (taken by the next
 #: history call of the same saver if it asks for that checkpoint) or by list (serving
