@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import asynccontextmanager, nullcontext, suppress
 from datetime import datetime
 from typing import Any
 
@@ -28,6 +28,7 @@ from ._checks import check_saver_options
 from ._core import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_PREPARE_THRESHOLD,
+    PUT_ORDER_WAIT_S,
     Op,
     PruneStats,
     SaverCore,
@@ -35,6 +36,7 @@ from ._core import (
     connect_kwargs,
     debug_statements,
     log_statement,
+    namespace_key,
     wanted_channels,
 )
 
@@ -85,6 +87,9 @@ class AsyncDeltaPostgresSaver(SaverCore):
         self.conn = conn
         self.pipe = pipe
         self.lock = asyncio.Lock()
+        # puts in flight per (thread, namespace), and an event set when the last returns:
+        # aput_writes waits for them (see _core.namespace_key)
+        self._puts: dict[tuple[str, str], tuple[int, asyncio.Event]] = {}
         self._init_core(schema, cache_bytes)
         try:
             self._bound_loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -197,7 +202,18 @@ class AsyncDeltaPostgresSaver(SaverCore):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return await self._run(self._op_put(config, checkpoint, metadata, new_versions))
+        key = namespace_key(config)
+        n, done = self._puts.get(key) or (0, asyncio.Event())
+        self._puts[key] = (n + 1, done)
+        try:
+            return await self._run(self._op_put(config, checkpoint, metadata, new_versions))
+        finally:
+            n, done = self._puts[key]
+            if n > 1:
+                self._puts[key] = (n - 1, done)
+            else:
+                del self._puts[key]
+                done.set()
 
     async def aput_writes(
         self,
@@ -206,6 +222,9 @@ class AsyncDeltaPostgresSaver(SaverCore):
         task_id: str,
         task_path: str = "",
     ) -> None:
+        if (inflight := self._puts.get(namespace_key(config))) is not None:
+            with suppress(TimeoutError):  # after this saver's puts in flight there
+                await asyncio.wait_for(inflight[1].wait(), PUT_ORDER_WAIT_S)
         await self._run(self._op_put_writes(config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:

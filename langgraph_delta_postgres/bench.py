@@ -118,7 +118,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write DIR/benchmarks.md and DIR/img/*.png (plots)")
     p.add_argument("--scale", choices=("full", "quick", "tiny"), help=argparse.SUPPRESS)
     p.add_argument(
-        "--only", choices=("retention", "agent"),
+        "--only", choices=("retention", "load", "agent"),
         help="run only this part of the benchmark (agent: a deepagents session, needs the "
         "'agent' extra: " + AGENT_INSTALL_HINT + ")",
     )
@@ -197,6 +197,10 @@ def run(args: argparse.Namespace) -> int:
             from ._bench.agent import run_alone as run_agent_alone
 
             results = run_agent_alone(args, scale_name, _server, _command_line(args))
+        elif getattr(args, "only", None) == "load":
+            from ._bench.load import run_alone as run_load_alone
+
+            results = run_load_alone(args, scale_name, _server, _command_line(args))
         else:
             results = _run(args, scale)
     except EmbeddedPostgresUnavailable as e:
@@ -221,7 +225,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {k}: " + ", ".join(
                 f"{a}={b:.2f}" if isinstance(b, float) else f"{a}={b}" for a, b in v.items()))
         return 0
-    if "headline" not in results:  # --only: no report, no headline
+    if "headline" not in results:  # --only: no headline; load writes its own page
+        if args.out and "load" in results:
+            from ._bench.report import write_load_report
+
+            for p in write_load_report(results, Path(args.out)):
+                print(f"wrote {p}")
         return 0
     if args.out:
         from ._bench.report import write_report
@@ -323,8 +332,9 @@ def _run(args: argparse.Namespace, scale: Scale) -> dict[str, Any]:
                 res["listput"] = run_listput(dsn, scale.name, _log)
         _log("loads: resume loop and history page (threads written by the official saver)")
         l0 = time.perf_counter()
-        with scratch_database(server_dsn, uuid.uuid4().hex[:10]) as (loads_dsn, _):
+        with scratch_database(server_dsn, uuid.uuid4().hex[:10]) as (loads_dsn, loads_where):
             res["loads"] = run_loads(loads_dsn, scale.name, scale.resume_rounds, _log)
+            res["loads"]["scratch"] = loads_where
         res["loads"]["seconds"] = time.perf_counter() - l0
         from ._bench.agent import available, run_agent
 
@@ -336,6 +346,12 @@ def _run(args: argparse.Namespace, scale: Scale) -> dict[str, Any]:
             res["agent"]["seconds"] = time.perf_counter() - a0
         else:
             _log("agent: skipped (deepagents is not installed: " + AGENT_INSTALL_HINT + ")")
+        from ._bench.load import run_load
+
+        _log("load: concurrent sessions on one server")
+        l0 = time.perf_counter()
+        res["load"] = run_load(server_dsn, scale.name, _log)
+        res["load"]["seconds"] = time.perf_counter() - l0
     res["seconds"] = time.perf_counter() - t0
     res["headline"] = _headline(res)
     return res
@@ -410,6 +426,9 @@ def _headline(res: dict[str, Any]) -> dict[str, Any]:
     from ._bench.agent import headline as agent_headline
 
     h.update(agent_headline(res))
+    from ._bench.load import headline as load_headline
+
+    h.update(load_headline(res))
     return h
 
 

@@ -28,6 +28,7 @@ from ._checks import check_saver_options
 from ._core import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_PREPARE_THRESHOLD,
+    PUT_ORDER_WAIT_S,
     Op,
     PruneStats,
     SaverCore,
@@ -35,6 +36,7 @@ from ._core import (
     connect_kwargs,
     debug_statements,
     log_statement,
+    namespace_key,
     wanted_channels,
 )
 
@@ -92,6 +94,9 @@ class DeltaPostgresSaver(SaverCore):
         self.conn = conn
         self.pipe = pipe
         self.lock = threading.Lock()
+        # puts in flight per (thread, namespace): put_writes waits for them
+        self._puts: dict[tuple[str, str], int] = {}
+        self._puts_done = threading.Condition()
         self._init_core(schema, cache_bytes)
 
     @classmethod
@@ -199,7 +204,18 @@ class DeltaPostgresSaver(SaverCore):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return self._run(self._op_put(config, checkpoint, metadata, new_versions))
+        key = namespace_key(config)
+        with self._puts_done:
+            self._puts[key] = self._puts.get(key, 0) + 1
+        try:
+            return self._run(self._op_put(config, checkpoint, metadata, new_versions))
+        finally:
+            with self._puts_done:
+                if (n := self._puts[key] - 1) > 0:
+                    self._puts[key] = n
+                else:
+                    del self._puts[key]
+                    self._puts_done.notify_all()
 
     def put_writes(
         self,
@@ -208,6 +224,9 @@ class DeltaPostgresSaver(SaverCore):
         task_id: str,
         task_path: str = "",
     ) -> None:
+        key = namespace_key(config)
+        with self._puts_done:  # after this saver's puts in flight there (namespace_key)
+            self._puts_done.wait_for(lambda: key not in self._puts, timeout=PUT_ORDER_WAIT_S)
         self._run(self._op_put_writes(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:

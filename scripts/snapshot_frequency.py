@@ -1,7 +1,7 @@
 """Storage and load latency of one DeltaChannel thread per ``snapshot_frequency``.
 
     python scripts/snapshot_frequency.py [--dsn DSN] [--workload coding_a] [--turns 200]
-                                         [--frequencies 1,10,50,100,500]
+                                         [--frequencies 1,10,50,100,500] [--rounds 7]
 
 For each frequency K: a fresh thread of ``--turns`` user turns of a ``_workloads`` graph
 whose two fields are ``DeltaChannel(..., snapshot_frequency=K)``, on
@@ -9,14 +9,29 @@ whose two fields are ``DeltaChannel(..., snapshot_frequency=K)``, on
 Postgres). Then per thread: the stored bytes (``inspect.storage``: pg_column_size of the
 thread's rows), the longest walk a load makes (the checkpoint with the most supersteps
 since a snapshot, ``inspect.deepest``, and its depth from ``inspect.walk_depth``), and
-``get_state`` on a fresh graph at the latest and at that deepest checkpoint (median of
-7, the frequencies interleaved round by round). Prints a Markdown table.
+``get_state`` on a freshly compiled graph at the latest and at that deepest checkpoint,
+three ways, each labelled in the table:
+
+- *cold*: a new saver object for every timed call, so its history cache starts empty
+  (what a new process, or the first load of a thread, pays);
+- *cache_bytes=0*: a new saver with the cache turned off;
+- *warm*: one saver per K kept across rounds and loaded once before the first (untimed),
+  so the cache answers (a server that served the thread before).
+
+Median of ``--rounds`` rounds (7); in each round the frequencies, checkpoints and ways are
+interleaved (the order rotates every round) and every timed call starts right after
+``gc.collect()`` (not timed), as in ``langgraph-delta-pg bench``. A second table gives each
+K's time over the default K's (100, or the first K listed) in the same round, the median
+of those round-by-round ratios: on a shared machine it moves less than the times do. A
+third gives cold and warm over cache_bytes=0 at the same K and checkpoint, the same way.
+Prints Markdown tables.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import statistics
 import time
 import uuid
@@ -32,6 +47,9 @@ from langgraph_delta_postgres.inspect import human_bytes, thread_bytes, walk_dep
 
 REPEATS = 7
 FIELDS = ["files", "messages"]
+POINTS = ("latest", "deepest")
+WAYS = ("cold", "nocache", "warm")
+LABELS = {"cold": "cold", "nocache": "cache_bytes=0", "warm": "warm"}
 
 
 def main() -> None:
@@ -40,6 +58,7 @@ def main() -> None:
     ap.add_argument("--workload", default="coding_a", choices=sorted(WORKLOADS))
     ap.add_argument("--turns", type=int, default=200)
     ap.add_argument("--frequencies", default="1,10,50,100,500")
+    ap.add_argument("--rounds", type=int, default=REPEATS)
     args = ap.parse_args()
     ks = [int(k) for k in args.frequencies.split(",")]
     schema = f"snapfreq_{uuid.uuid4().hex[:8]}"
@@ -64,27 +83,72 @@ def main() -> None:
                                      checkpoint_id=deep["checkpoint_id"])
             )
             rows[k] = {"bytes": thread_bytes(conn, schema, f"k{k}"), "depth": depth,
-                       "deep": deep["checkpoint_id"], "latest_ms": [], "deep_ms": []}
-        for _ in range(REPEATS):
-            for k in ks:
-                for key, cid in (("latest_ms", None), ("deep_ms", rows[k]["deep"])):
-                    conf: dict[str, Any] = {"thread_id": f"k{k}"}
-                    if cid:
-                        conf["checkpoint_id"] = cid
-                    graph = build_graph(args.workload, saver, snapshot_frequency=k)
-                    t0 = time.perf_counter()
-                    graph.get_state({"configurable": conf})
-                    rows[k][key].append((time.perf_counter() - t0) * 1000)
-    print(f"{args.workload}, {args.turns} turns, DeltaPostgresSaver "
-          f"(median of {REPEATS} get_state calls):\n")
+                       "deep": deep["checkpoint_id"]}
+            rows[k].update({(point, way): [] for point in POINTS for way in WAYS})
+        warm = {k: DeltaPostgresSaver(conn, schema=schema) for k in ks}
+        calls = [(k, point, way) for k in ks for point in POINTS for way in WAYS]
+        for k, point, _ in calls:  # fill the warm savers' caches (untimed)
+            _get_state(args.workload, warm[k], k, rows[k], point)
+        for r in range(args.rounds):
+            shift = r * len(calls) // args.rounds
+            for k, point, way in calls[shift:] + calls[:shift]:
+                if way == "warm":
+                    saver_k = warm[k]
+                else:
+                    # a new saver: its cache starts empty (cold) or is off (nocache)
+                    kw = {"cache_bytes": 0} if way == "nocache" else {}
+                    saver_k = DeltaPostgresSaver(conn, schema=schema, **kw)
+                rows[k][(point, way)].append(
+                    _get_state(args.workload, saver_k, k, rows[k], point))
+    print(f"{args.workload}, {args.turns} turns, DeltaPostgresSaver, get_state on a freshly "
+          f"compiled graph, median of {args.rounds} interleaved rounds (ms). cold: a new saver "
+          "per call (empty cache); cache_bytes=0: a new saver without cache; warm: one "
+          "saver per K across rounds, its cache filled before the first.\n")
     print("| snapshot_frequency | stored | longest walk (ancestors) "
-          "| get_state, latest | get_state, deepest |")
-    print("|---|---|---|---|---|")
+          + "".join(f"| {point}, {LABELS[way]} " for point in POINTS for way in WAYS) + "|")
+    print("|---|---|---|" + "---|" * (len(POINTS) * len(WAYS)))
     for k in ks:
         r = rows[k]
         print(f"| {k} | {human_bytes(r['bytes'])} | {r['depth']} "
-              f"| {statistics.median(r['latest_ms']):.1f} ms "
-              f"| {statistics.median(r['deep_ms']):.1f} ms |")
+              + "".join(f"| {statistics.median(r[(point, way)]):.1f} "
+                        for point in POINTS for way in WAYS) + "|")
+    ref = 100 if 100 in ks else ks[0]
+    print(f"\nTime over K={ref}'s, median of the round-by-round ratios:\n")
+    print("| snapshot_frequency "
+          + "".join(f"| {point}, {LABELS[way]} " for point in POINTS for way in WAYS) + "|")
+    print("|---|" + "---|" * (len(POINTS) * len(WAYS)))
+    keys = [(point, way) for point in POINTS for way in WAYS]
+    for k in ks:
+        print(f"| {k} " + "".join(f"| {_ratio(rows[k][key], rows[ref][key]):.2f}x "
+                                  for key in keys) + "|")
+    print("\nEach way over cache_bytes=0 at the same K and checkpoint, median of the "
+          "round-by-round ratios:\n")
+    others = [way for way in WAYS if way != "nocache"]
+    print("| snapshot_frequency " + "".join(f"| {point}, {LABELS[way]} / cache_bytes=0 "
+                                            for point in POINTS for way in others) + "|")
+    print("|---|" + "---|" * (len(POINTS) * len(others)))
+    for k in ks:
+        print(f"| {k} " + "".join(
+            f"| {_ratio(rows[k][(point, way)], rows[k][(point, 'nocache')]):.2f}x "
+            for point in POINTS for way in others) + "|")
+
+
+def _ratio(times: list[float], ref: list[float]) -> float:
+    """The median of the round-by-round ratios (the lists hold one time per round)."""
+    return statistics.median([a / b for a, b in zip(times, ref, strict=True)])
+
+
+def _get_state(workload: str, saver: DeltaPostgresSaver, k: int, row: dict[str, Any],
+               point: str) -> float:
+    """One timed ``get_state`` (ms) of thread ``k{k}`` at ``point`` on a new graph."""
+    conf: dict[str, Any] = {"thread_id": f"k{k}"}
+    if point == "deepest":
+        conf["checkpoint_id"] = row["deep"]
+    graph = build_graph(workload, saver, snapshot_frequency=k)
+    gc.collect()
+    t0 = time.perf_counter()
+    graph.get_state({"configurable": conf})
+    return (time.perf_counter() - t0) * 1000
 
 
 if __name__ == "__main__":

@@ -80,14 +80,39 @@ ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
 -- A write to a checkpoint that is not the namespace's last put (one that may have a
 -- child, which caches may hold a chain through) bumps late_writes, deciding on the
 -- locked row's latest version (see migrations/0006_checkpoint_epochs.sql); the common
--- write, to the checkpoint just put, only locks the row until the commit. Special
--- writes (upsert_writes) never bump: no DeltaChannel history holds them.
--- Indexes: checkpoint_writes_pkey (conflict), checkpoint_epochs_pkey (conflict).
+-- write, to the checkpoint just put, only locks the row until the commit. So does a
+-- write to a checkpoint not stored yet (LangGraph's tasks write to their checkpoint
+-- while its put, durability="async", may still wait for the previous one): no walk
+-- can have passed through a checkpoint without a row, and a child's put waits for the
+-- row lock this write holds. "Not stored" is read in this statement's snapshot, so it
+-- counts only when the locked row is the version that snapshot sees (no put committed
+-- in between); otherwise the write bumps as before. Under concurrent sessions those
+-- early writes were most writes, and every bump sends every cache of the thread back
+-- to the database for the whole chain. Special writes (upsert_writes) never bump: no
+-- DeltaChannel history holds them.
+-- Indexes: checkpoint_writes_pkey (conflict), checkpoint_epochs_pkey (conflict and the
+-- snapshot's version), checkpoints_pkey (is the checkpoint stored).
 WITH late AS (
     INSERT INTO {s}checkpoint_epochs AS e (thread_id, checkpoint_ns, late_writes)
     VALUES (%(thread_id)s, %(checkpoint_ns)s, 1)
     ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET late_writes = e.late_writes + 1
     WHERE e.last_put IS DISTINCT FROM %(checkpoint_id)s
+      AND (
+          -- the checkpoint is stored: it may have a child
+          EXISTS (
+              SELECT FROM {s}checkpoints AS c
+              WHERE c.thread_id = %(thread_id)s
+                AND c.checkpoint_ns = %(checkpoint_ns)s
+                AND c.checkpoint_id = %(checkpoint_id)s
+          )
+          -- or a put committed after this statement's snapshot was taken (the locked
+          -- row is not the version the snapshot sees), so the snapshot cannot tell
+          OR e.xmin IS DISTINCT FROM (
+              SELECT v.xmin FROM {s}checkpoint_epochs AS v
+              WHERE v.thread_id = %(thread_id)s
+                AND v.checkpoint_ns = %(checkpoint_ns)s
+          )
+      )
 )
 INSERT INTO {s}checkpoint_writes
     (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)

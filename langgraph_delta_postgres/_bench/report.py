@@ -365,7 +365,8 @@ def markdown(res: dict[str, Any], img_rel: str, images: list[Path]) -> str:
         "round); ratios are taken round by round in the same run, then their median (min-max). "
         "Each timed call starts right after `gc.collect()` (not timed), so no call pays a full "
         "collection that the garbage of earlier calls made due; collections a call triggers "
-        "itself are in its time.",
+        "itself are in its time. What the process held before a comparison began is frozen "
+        "out of collection (`gc.freeze`) for that comparison, the same for every saver.",
         "",
     ]
     h = res.get("headline", {})
@@ -459,6 +460,9 @@ def markdown(res: dict[str, Any], img_rel: str, images: list[Path]) -> str:
     from .listput import markdown as listput_markdown
 
     L += listput_markdown(res)
+    from .load import markdown as load_markdown
+
+    L += load_markdown(res, img_rel)
     if res.get("explain"):
         L += ["## EXPLAIN (ANALYZE, BUFFERS) of our statement on the headline targets", ""]
         for k, text in res["explain"].items():
@@ -494,7 +498,29 @@ def write_agent_report(res: dict[str, Any], out: Path) -> Path:
 
 def write_report(res: dict[str, Any], out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
-    images = plots(res, out / "img")
+    from .load import plot as load_plot
+
+    images = plots(res, out / "img") + load_plot(res, out / "img")
     md = out / "benchmarks.md"
     md.write_text(markdown(res, "img", images))
+    return [md, *images]
+
+
+def write_load_report(res: dict[str, Any], out: Path) -> list[Path]:
+    """``bench --only load --out DIR``: DIR/benchmarks-load.md and DIR/img/load.png."""
+    from .load import markdown as load_markdown
+    from .load import plot as load_plot
+
+    out.mkdir(parents=True, exist_ok=True)
+    images = load_plot(res, out / "img")
+    mach = res["machine"]
+    L = ["# Benchmarks: load", "", "Every figure on this page was produced by one run of:", "",
+         "```sh", res["command"], "```", "",
+         f"Scale `{res['scale']}`, took {res['seconds']:.0f} s, on "
+         f"{res['database']['source']} ({res['database']['scratch']}, dropped afterwards); "
+         f"{mach['cpu_model']}, {mach['cpu_cores']} cores; Postgres "
+         f"{mach['postgres'].get('server_version')}. Raw numbers: the JSON written by `--json`.",
+         "", *load_markdown(res, "img")]
+    md = out / "benchmarks-load.md"
+    md.write_text("\n".join(L) + "\n")
     return [md, *images]

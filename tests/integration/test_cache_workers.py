@@ -194,3 +194,92 @@ def test_epoch_moves_only_for_late_writes(dsn: str, late: bool) -> None:
             ).fetchone() or (None,)
     assert before is not None
     assert after == (before + 1 if late else before)
+
+
+def _late_count(dsn: str, thread_id: str) -> int | None:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT late_writes FROM checkpoint_epochs WHERE thread_id = %s", (thread_id,)
+        ).fetchone()
+    return None if row is None else int(row[0])
+
+
+class _AtIds:
+    """A saver whose puts take the given checkpoint ids, in order."""
+
+    def __init__(self, saver: DeltaPostgresSaver, ids: list[str]) -> None:
+        self.saver, self.ids = saver, list(ids)
+
+    def put(self, config: Any, checkpoint: Any, metadata: Any, versions: Any) -> Any:
+        checkpoint["id"] = self.ids.pop(0)
+        return self.saver.put(config, checkpoint, metadata, versions)
+
+    def put_writes(self, *a: Any, **k: Any) -> None:
+        self.saver.put_writes(*a, **k)
+
+
+def test_write_before_its_checkpoints_put_leaves_the_count_alone(dsn: str) -> None:
+    """LangGraph's tasks write to their checkpoint while its put (durability="async") may
+    still wait for the previous one: no walk can have passed through a checkpoint without
+    a row, so such a write keeps the caches' chains; once the checkpoint and a child are
+    put, a cached reader answers as a fresh one, the early write included."""
+    with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as s:
+        chain = write_chain(s, "early", 5, CHANNELS)
+    with psycopg.connect(dsn) as put_conn:
+        put_conn.execute("SELECT 1")  # a transaction open, rolled back: only the ids stay
+        kids = write_chain(DeltaPostgresSaver(put_conn, cache_bytes=0), "early", 2, CHANNELS,
+                           start=chain.branches[-1])
+        put_conn.rollback()
+    before = _late_count(dsn, "early")
+    with DeltaPostgresSaver.from_conn_string(dsn) as saver:
+        head = _cfg("early", chain.ids[-1])
+        saver.get_delta_channel_history(config=head, channels=CHANNELS)
+        saver.get_delta_channel_history(config=head, channels=CHANNELS)
+        saver.put_writes(_cfg("early", kids.ids[0]), [("messages", ["EARLY-WRITE"])], "t-e")
+        assert _late_count(dsn, "early") == before
+        with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as other:
+            again = write_chain(_AtIds(other, kids.ids), "early", 2,  # type: ignore[arg-type]
+                                CHANNELS, start=chain.branches[-1])
+        assert again.ids == kids.ids
+        assert _late_count(dsn, "early") == before
+        tip = _cfg("early", kids.ids[-1])
+        first = canon_history(saver.get_delta_channel_history(config=tip, channels=CHANNELS))
+        got = canon_history(saver.get_delta_channel_history(config=tip, channels=CHANNELS))
+        assert first == got == _fresh(dsn, tip) and "EARLY-WRITE" in repr(got["messages"])
+
+
+def test_write_waits_while_its_checkpoint_and_a_child_are_put(dsn: str) -> None:
+    """The write's snapshot does not see its checkpoint, but the checkpoint and a child
+    commit while it waits for the namespace's row: the snapshot cannot tell, so the write
+    bumps the count, and a reader that cached the chain before the write committed
+    re-reads it."""
+    with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as s:
+        chain = write_chain(s, "early2", 8, CHANNELS)
+    with psycopg.connect(dsn) as put_conn, psycopg.connect(dsn) as write_conn:
+        putter = DeltaPostgresSaver(put_conn, cache_bytes=0)
+        writer = DeltaPostgresSaver(write_conn, cache_bytes=0)
+        put_conn.execute("SELECT 1")
+        write_conn.execute("SELECT 1")
+        kids = write_chain(putter, "early2", 2, CHANNELS, start=chain.branches[-1])
+        before = _late_count(dsn, "early2")
+        done: list[Any] = []
+        t = threading.Thread(
+            target=lambda: done.append(
+                writer.put_writes(_cfg("early2", kids.ids[0]), [("messages", ["waited"])],
+                                  "t-waited")
+            )
+        )
+        t.start()
+        _wait_for_lock(dsn, write_conn.info.backend_pid)
+        put_conn.commit()  # the checkpoint and its child land; the write goes on
+        t.join(timeout=30)
+        assert not t.is_alive() and done == [None]
+        head = _cfg("early2", kids.ids[-1])
+        with DeltaPostgresSaver.from_conn_string(dsn) as reader:
+            reader.get_delta_channel_history(config=head, channels=CHANNELS)
+            cached = reader.get_delta_channel_history(config=head, channels=CHANNELS)
+            assert "waited" not in repr(cached)
+            write_conn.commit()
+            assert before is not None and _late_count(dsn, "early2") == before + 1
+            got = canon_history(reader.get_delta_channel_history(config=head, channels=CHANNELS))
+        assert got == _fresh(dsn, head) and "waited" in repr(got["messages"])

@@ -10,6 +10,7 @@ import random
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any, TypedDict
 
@@ -122,7 +123,7 @@ def _with_app(dsn: str, app: str) -> str:
 
 
 def test_pool_replaces_connections_the_server_closed(dsn: str, pg_server: Any) -> None:
-    app = "lgdp_pool_check_sync"
+    app = f"lgdp_pool_check_sync_{uuid.uuid4().hex[:8]}"
     with DeltaPostgresSaver.from_conn_string(_with_app(dsn, app), pool_size=3) as saver:
         (c,) = put_chain_sync(saver, "t", 1)
         for _ in range(3):
@@ -140,7 +141,7 @@ def test_pool_replaces_connections_the_server_closed(dsn: str, pg_server: Any) -
 async def test_async_pool_replaces_connections_the_server_closed(
     dsn: str, pg_server: Any
 ) -> None:
-    app = "lgdp_pool_check_async"
+    app = f"lgdp_pool_check_async_{uuid.uuid4().hex[:8]}"
     async with AsyncDeltaPostgresSaver.from_conn_string(
         _with_app(dsn, app), pool_size=3
     ) as saver:

@@ -10,6 +10,10 @@ Resolution order (the first that is available wins):
 With none available the Postgres tests are skipped, except when ``CI`` is set, where
 that is an error: CI never counts a skipped Postgres test as passing.
 
+One server per run: the process that runs pytest starts it before any test (its header
+line names it: where it came from, its version, its host), and with pytest-xdist
+(``-n``) every worker uses that same server.
+
 Isolation: one template database, named for the session, is migrated once per session
 and dropped at its end; every test that asks
 for ``dsn`` gets its own ``CREATE DATABASE ... TEMPLATE`` clone, dropped afterwards.
@@ -24,6 +28,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 import pytest
@@ -112,18 +117,95 @@ def _describe(dsn: str, source: str) -> PgServer:
     return PgServer(admin_dsn=dsn, source=source, version=version)
 
 
+class _Shared:
+    """The one server of this run: started by the controlling process (pytest itself, or
+    pytest-xdist's controller) before any worker starts, named in pytest's header, and
+    handed to every xdist worker through ``workerinput``; stopped at the end of the run."""
+
+    def __init__(self) -> None:
+        self.stack = contextlib.ExitStack()
+        self.server: PgServer | str | None = None
+
+    def start(self) -> PgServer | str:
+        if self.server is None:
+            self.server = self.stack.enter_context(_start_server())
+        return self.server
+
+    def stop(self) -> None:
+        self.stack.close()
+
+
+_WORKER_KEY = "lgdp_pg_server"
+_shared_key = pytest.StashKey[_Shared]()
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _needs_postgres(config: pytest.Config) -> bool:
+    opt = config.option
+    return not (getattr(opt, "help", False) or getattr(opt, "collectonly", False)
+                or getattr(opt, "version", False))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    config = session.config
+    if _is_worker(config) or not _needs_postgres(config):
+        return
+    shared = _Shared()
+    config.stash[_shared_key] = shared
+    shared.start()  # before xdist starts its workers (its sessionstart is trylast)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shared = config.stash.get(_shared_key, None)
+    if shared is not None:
+        shared.stop()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist: every worker uses the controller's server."""
+    shared = node.config.stash.get(_shared_key, None)
+    srv = shared.start() if shared is not None else "the controller started no Postgres"
+    node.workerinput[_WORKER_KEY] = (
+        srv if isinstance(srv, str) else {
+            "admin_dsn": srv.admin_dsn, "source": srv.source, "version": srv.version
+        }
+    )
+
+
 @pytest.fixture(scope="session")
-def pg_server() -> Iterator[PgServer]:
-    with _start_server() as srv:
-        if isinstance(srv, str):
-            if os.environ.get("CI"):
-                pytest.fail(srv + " (CI is set: Postgres tests may not be skipped)")
-            pytest.skip(srv)
-        yield srv
+def pg_server(pytestconfig: pytest.Config) -> Iterator[PgServer]:
+    if _is_worker(pytestconfig):
+        given = pytestconfig.workerinput[_WORKER_KEY]  # type: ignore[attr-defined]
+        srv: PgServer | str = given if isinstance(given, str) else PgServer(**given)
+    else:
+        shared = pytestconfig.stash.get(_shared_key, None)
+        if shared is None:  # e.g. a plugin-less embedding of the suite
+            shared = pytestconfig.stash[_shared_key] = _Shared()
+        srv = shared.start()
+    if isinstance(srv, str):
+        if os.environ.get("CI"):
+            pytest.fail(srv + " (CI is set: Postgres tests may not be skipped)")
+        pytest.skip(srv)
+    yield srv
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    return f"postgres: {ENV_DSN}={'set' if os.environ.get(ENV_DSN) else 'unset'}"
+    shared = config.stash.get(_shared_key, None)
+    srv = shared.server if shared is not None else None
+    if isinstance(srv, PgServer):
+        where = conninfo_to_dict(srv.admin_dsn)
+        at = where.get("host") or "localhost"
+        if where.get("port"):
+            at += f":{where['port']}"
+        return f"postgres: {srv.source}, PostgreSQL {srv.version}, at {at}"
+    if isinstance(srv, str):
+        return f"postgres: none ({srv})"
+    return f"postgres: not started ({ENV_DSN}={'set' if os.environ.get(ENV_DSN) else 'unset'})"
 
 
 @pytest.fixture(scope="session")

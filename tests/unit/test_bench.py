@@ -76,12 +76,15 @@ def test_quick_path_json_and_report(pg_server: PgServer, tmp_path: Path) -> None
     assert "Loads: resume loop and history page" in md
     assert res["command"] in md
     assert list((tmp_path / "report" / "img").glob("*.png"))
-    # the scratch database is gone
+    # the run's scratch databases are gone (named: other sessions may bench at once)
+    ours = [res["database"]["scratch"], res["loads"]["scratch"]]
+    assert all(w.startswith("database lgdp_bench_") for w in ours), ours
     with pg_server.admin() as conn:
         left = conn.execute(
-            "SELECT count(*) FROM pg_database WHERE datname LIKE 'lgdp_bench_%'"
-        ).fetchone()
-    assert left is not None and left[0] == 0
+            "SELECT datname FROM pg_database WHERE datname = ANY(%s)",
+            ([w.split(" ", 1)[1] for w in ours],),
+        ).fetchall()
+    assert left == []
 
 
 def test_only_retention(pg_server: PgServer, tmp_path: Path) -> None:
@@ -109,6 +112,50 @@ def test_only_retention(pg_server: PgServer, tmp_path: Path) -> None:
     assert ret["delta_threads_per_s"] > 0
     assert ret["full_official_over_ours_median"] > 0
     assert ret["full_ratio_chunks"] == 4
+
+
+def test_only_load(pg_server: PgServer, tmp_path: Path) -> None:
+    out_json = tmp_path / "load.json"
+    args = _args(dsn=pg_server.admin_dsn, scale="tiny", only="load", json=str(out_json),
+                 out=str(tmp_path / "report"))
+    assert bench.run(args) == 0
+    res = json.loads(out_json.read_text())
+    assert res["command"].endswith(f"--only load --json {out_json} --out {tmp_path / 'report'}")
+    ld = res["load"]
+    # both savers ended every session on the same state
+    assert ld["states_equal"] is True
+    assert ld["max_connections"] > 0
+    assert set(ld["levels"]) == {"asyncio", "threads"}
+    for mode, levels in ld["levels"].items():
+        assert set(levels) == {"1", "4"}
+        for n, e in levels.items():
+            assert len(e["runs"]) == ld["reps"]
+            for pair in e["runs"]:
+                assert sorted(pair["order"]) == ["official", "ours"]
+                for who in ("ours", "official"):
+                    r = pair[who]
+                    assert r["turns"] == int(n) * ld["turns_per_session"][n]
+                    assert r["turns_per_s"] > 0 and r["turn_ms"]["n"] == r["turns"]
+                    assert r["pool_size"] == int(n)
+                    if ld["measures"]["db_time"]:
+                        assert r["statements"]["calls"] > 0 and r["exec_ms_per_turn"] > 0
+                    if ld["measures"]["backend_cpu"]:
+                        assert r["backend_cpu_ms_per_turn"] is not None
+            s = e["summary"]
+            assert s["pairs"] == ld["reps"] and s["throughput_ours_over_official"] > 0
+        for who in ("ours", "official"):
+            b = ld["bytes"][mode][who]
+            assert b["sent_bytes_per_turn"] > 0 and b["round_trips_per_turn"] > 0
+    md = (tmp_path / "report" / "benchmarks-load.md").read_text()
+    assert "## Load: how many agents one Postgres serves" in md
+    assert res["command"] in md
+    assert (tmp_path / "report" / "img" / "load.png").is_file()
+    # the scratch databases are gone
+    with pg_server.admin() as conn:
+        left = conn.execute(
+            "SELECT count(*) FROM pg_database WHERE datname LIKE 'lgdp_bench_%'"
+        ).fetchone()
+    assert left is not None and left[0] == 0
 
 
 def test_missing_dependencies_exit_2(
@@ -180,11 +227,22 @@ def test_each_timed_call_starts_after_a_full_collection() -> None:
     def make(name: str):  # type: ignore[no-untyped-def]
         return (lambda: events.append(f"prepare {name}"), lambda _: events.append(name))
 
+    frozen_during: list[int] = []
+
+    def b() -> None:
+        frozen_during.append(gc.get_freeze_count())
+        events.append("b")
+
     gc.callbacks.append(on_gc)
     try:
-        Interleaved().run({"a": make("a"), "b": lambda: events.append("b")}, 2, warmup=0)
+        Interleaved().run(
+{"a": make("a"), "b": b}, 2, warmup=0)
     finally:
         gc.callbacks.remove(on_gc)
+    # what the process held before the run is out of the collector's reach during it,
+    # and given back after
+    assert frozen_during and all(n > 0 for n in frozen_during)
+    assert gc.get_freeze_count() == 0
     calls = [e for e in events if e in ("a", "b")]
     assert calls == ["a", "b", "a", "b"]
     for i, e in enumerate(events):

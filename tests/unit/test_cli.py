@@ -184,25 +184,35 @@ def password_role(pg_server: Any) -> Iterator[tuple[str, str]]:
     first and reloads; a server it cannot change (Docker, $LGDP_TEST_DSN) is used as it
     is, and the test is skipped if that server lets a wrong password in."""
     role = f"lgdp_pw_{uuid.uuid4().hex[:8]}"
+    ours = f"local all {role} scram-sha-256\nhost all {role} all scram-sha-256\n"
     with pg_server.admin() as conn:
         conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'right-password'")
         hba = str(conn.execute("SHOW hba_file").fetchone()[0])  # type: ignore[index]
-        original = None
-        if os.access(hba, os.W_OK):
-            original = Path(hba).read_text()
-            Path(hba).write_text(
-                f"local all {role} scram-sha-256\nhost all {role} all scram-sha-256\n"
-                + original
-            )
+        edits = os.access(hba, os.W_OK)
+        if edits:  # other sessions on this server may edit it too: add only our lines
+            _edit_hba(hba, lambda text: ours + text)
             conn.execute("SELECT pg_reload_conf()")
     try:
         yield role, "right-password"
     finally:
         with pg_server.admin() as conn:
-            if original is not None:
-                Path(hba).write_text(original)
+            if edits:
+                _edit_hba(hba, lambda text: text.replace(ours, ""))
                 conn.execute("SELECT pg_reload_conf()")
             conn.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+def _edit_hba(path: str, change: Any) -> None:
+    """Rewrite pg_hba.conf under an exclusive lock (sessions running at once each add
+    and remove their own lines)."""
+    import fcntl
+
+    with open(path, "r+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        text = change(f.read())
+        f.seek(0)
+        f.write(text)
+        f.truncate()
 
 
 def test_a_wrong_password_is_reported_with_postgres_words(

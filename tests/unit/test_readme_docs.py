@@ -1,7 +1,10 @@
-"""The README's Documentation list names every page of docs/ (issue 23, item 6)."""
+"""README and docs: the Documentation list names every page of docs/ (issue 23, item 6);
+the figures agree with each other and name their command (issue 22, item 5)."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -24,3 +27,145 @@ def test_ledger_column_is_named_as_in_the_table() -> None:
     assert "checksum TEXT NOT NULL" in ddl
     ledger = readme[readme.index("`langgraph_delta_migrations` (") :][:200]
     assert "`checksum`" in ledger and "sha256, applied" not in ledger
+
+
+# Figures (issue 22, item 5): README and docs agree with each other and with the run they
+# name; every section that gives a speed figure names the command that produced it.
+
+_RATIO = re.compile(r"(?<![\w.])(\d+\.\d+)x\b")
+_RATE = re.compile(r"(\d[\d,]*) threads/s")
+_FIGURE = re.compile(r"(?<![\w.])\d+(?:\.\d+)?x\b|threads/s|(?<![\w.])\d+(?:\.\d+)? ?(?:ms|s)\b")
+_COMMAND = re.compile(
+    r"langgraph-delta-pg (?:bench|demo|inspect|prune)|scripts/\w+\.py|python -m "
+    r"|tests/[\w/]+\.py|_bench/\w+\.py"
+)
+
+
+def _text(name: str) -> str:
+    return (ROOT / name).read_text(encoding="utf-8")
+
+
+def _sections(text: str) -> list[str]:
+    """The text cut at its ``##`` / ``###`` headings (fenced code blocks are kept)."""
+    return re.split(r"\n(?=#{2,3} )", text)
+
+
+def _section(text: str, heading: str) -> str:
+    return next(s for s in _sections(text) if s.startswith(heading))
+
+
+def _retention_source() -> tuple[str, dict]:
+    """The retention figures docs/retention.md names: the ``--json PATH`` of the command
+    in its "Measured" section, and the ``retention`` part of that JSON."""
+    measured = _section(_text("docs/retention.md"), "## Measured")
+    path = re.search(r"langgraph-delta-pg bench [^\n`]*--json (\S+)", measured)
+    assert path, "docs/retention.md, Measured: names no `langgraph-delta-pg bench ... --json`"
+    data = json.loads((ROOT / path.group(1)).read_text(encoding="utf-8"))
+    return path.group(1), data["retention"]
+
+
+def test_retention_figures_are_one_run_everywhere() -> None:
+    """The prune rates and the full-snapshot ratio are the same in README and
+    docs/retention.md, and are those of the JSON docs/retention.md names."""
+    source, ret = _retention_source()
+    rates = {
+        f"{round(ret['delta_threads_per_s']):,}",
+        f"{round(ret['full_threads_per_s']['ours']):,}",
+        f"{round(ret['full_threads_per_s']['official']):,}",
+    }
+    ratio = f"{ret['full_official_over_ours_median']:.2f}x"
+    delta = f"{round(ret['delta_threads_per_s']):,} threads/s"
+    for name, text in (
+        ("README.md", _section(_text("README.md"), "## Benchmark")),
+        ("docs/retention.md", _section(_text("docs/retention.md"), "## Measured")),
+    ):
+        found = set(_RATE.findall(text))
+        # a rate on a line that says it was measured before a change is history, not a figure
+        history = {
+            m for line in text.splitlines() if "before" in line or "first run" in line
+            for m in _RATE.findall(line)
+        }
+        assert delta in text, f"{name}: no {delta!r} ({source})"
+        assert ratio in text, f"{name}: no {ratio!r} ({source})"
+        assert found - history <= rates, (
+            f"{name}: prune rates {sorted(found - history - rates)} are not those of {source} "
+            f"({sorted(rates)}); regenerate the text from it"
+        )
+
+
+def _report_ratios() -> set[float]:
+    report = _text("docs/benchmarks.md")
+    return {float(x) for x in _RATIO.findall(report)}
+
+
+def test_readme_benchmark_ratios_are_those_of_the_report() -> None:
+    """Every ratio the README's Benchmark section gives is one docs/benchmarks.md gives
+    (at the README's precision), or the retention ratio of the same run."""
+    section = _section(_text("README.md"), "## Benchmark")
+    _, ret = _retention_source()
+    known = _report_ratios() | {round(ret["full_official_over_ours_median"], 2)}
+    missing = []
+    for x in _RATIO.findall(section):
+        digits = len(x.split(".")[1])
+        if not any(round(k, digits) == float(x) for k in known):
+            missing.append(f"{x}x")
+    assert not missing, (
+        f"README, Benchmark: {missing} appear nowhere in docs/benchmarks.md; quote the run "
+        "the report is of (langgraph-delta-pg bench --json docs/img/benchmarks.json --out docs)"
+    )
+
+
+def test_readme_says_which_targets_are_not_met() -> None:
+    """docs/benchmarks.md marks each target met or not; when one is not, the README
+    must not claim them all and must say which are not met."""
+    report = _text("docs/benchmarks.md")
+    unmet = re.findall(r"[<>]= \d+(?:\.\d+)?x: no\b|\| no \|", report)
+    section = _section(_text("README.md"), "## Benchmark").lower()
+    if unmet:
+        assert "all met" not in section and "all targets met" not in section
+        assert "not met" in section
+        # the single-call targets (the "Headline" table of the report) are among them
+        headline = _section(report, "## Headline")
+        if "| no |" in headline:
+            assert "single" in section, "README: say whether the single-call targets are met"
+
+
+def test_benchmark_report_names_its_command() -> None:
+    report = _text("docs/benchmarks.md")
+    data = json.loads((ROOT / "docs/img/benchmarks.json").read_text(encoding="utf-8"))
+    assert data["command"] in report.split("\n## ", 1)[0]
+    assert "--json docs/img/benchmarks.json" in data["command"]
+
+
+def test_every_section_with_a_speed_figure_names_a_command() -> None:
+    """Per ``##`` section of README and docs/ (docs/benchmarks.md is generated and names
+    its command at the top): a ratio, a rate or a time outside code blocks needs the command
+    that measured it (``langgraph-delta-pg bench``, a script, a test) in the same section."""
+    pages = ["README.md"] + [
+        f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md")) if p.name != "benchmarks.md"
+    ]
+    bare = []
+    for name in pages:
+        for section in _sections(_text(name)):
+            prose = re.sub(r"```.*?```", "", section, flags=re.S)  # sample output is no figure
+            figures = _FIGURE.findall(prose)
+            if figures and not _COMMAND.search(section):
+                bare.append(f"{name}: {section.splitlines()[0][:60]!r} {figures[:3]}")
+    assert not bare, "sections with figures and no command:\n" + "\n".join(bare)
+
+
+def test_snapshot_frequency_doc_is_the_scripts_table() -> None:
+    """docs/snapshot-frequency.md names its script, and its table has the script's
+    columns: loads cold (a new saver per call), with cache_bytes=0, and warm."""
+    doc = _text("docs/snapshot-frequency.md")
+    assert "scripts/snapshot_frequency.py" in doc
+    spec = importlib.util.spec_from_file_location(
+        "snapshot_frequency", ROOT / "scripts" / "snapshot_frequency.py"
+    )
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    header = next(line for line in doc.splitlines() if line.startswith("| snapshot_frequency"))
+    for point in mod.POINTS:
+        for way in mod.WAYS:
+            assert f"{point}, {mod.LABELS[way]}" in header, (point, way)

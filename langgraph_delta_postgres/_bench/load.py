@@ -1,0 +1,817 @@
+"""How many agents one Postgres serves: N concurrent sessions on one server.
+
+Each session is an agent conversation on its own thread: per turn, ``invoke`` of the
+workload's real graph (two ``DeltaChannel`` fields) with a user input, then
+``get_state``; on one turn in ``HISTORY_EVERY`` (staggered across sessions) also a
+``get_state_history(limit=10)`` page, as a UI polling the thread would. Sessions start on
+threads that already hold ``prior`` turns (copies, made in SQL, of a template thread that
+saver wrote through the same graph), so every read reconstructs a real history.
+
+Two modes, each at every concurrency of the scale (1, 4, 16, 64 sessions):
+
+* ``asyncio``: one event loop, ``ainvoke`` / ``aget_state`` on an ``AsyncConnectionPool``,
+  ``AsyncDeltaPostgresSaver`` against the official ``AsyncPostgresSaver``;
+* ``threads``: one thread per session, ``invoke`` / ``get_state`` on a ``ConnectionPool``,
+  ``DeltaPostgresSaver`` against the official ``PostgresSaver``.
+
+Pools hold ``min(N, POOL_CAP)`` connections (opened before the clock starts); ours and the
+official saver each run in their own scratch database on the same server, on rows they
+wrote themselves, one after the other, the order alternating level by level and
+repetition by repetition so a noisy neighbour hits both; ratios are taken pair by pair.
+
+What the database paid, per turn (a history page counts in the turn that asked for it):
+
+* ``pg_stat_statements`` (when the server preloads it): execution time, shared buffers
+  (hit + read) and calls of the statements the run's database executed;
+* CPU time of the pool's server backends (``utime + stime`` of ``/proc/<pid>/stat``, when
+  the server runs on this machine): everything a backend did (parse, plan, execute,
+  commit, send), whatever the extension says;
+* bytes the server sent and received, counted by a loopback proxy in a separate, untimed
+  pass of one session (the proxy would cost the client CPU in the timed runs);
+* wait events of the pool's backends, sampled from ``pg_stat_activity`` during the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import statistics
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from langgraph_delta_postgres._core import DEFAULT_PREPARE_THRESHOLD, connect_kwargs
+from langgraph_delta_postgres._workloads import build_graph, run_turns, user_input
+
+HISTORY_EVERY = 10
+PAGE = 10
+POOL_CAP = 32
+WARM_TURNS = 6  # per pool connection, before the clock starts (> the prepare threshold)
+MODES = ("asyncio", "threads")
+SAVERS = ("ours", "official")
+
+
+@dataclass(frozen=True)
+class LoadScale:
+    sessions: tuple[int, ...]
+    turns: dict[int, int]  # sessions -> turns per session
+    reps: int
+    prior: int  # turns already on every session's thread
+    workload: str = "coding_a"
+    meter_turns: int = 10
+
+
+SCALES = {
+    "full": LoadScale((1, 4, 16, 64), {1: 40, 4: 20, 16: 10, 64: 6}, reps=2, prior=30),
+    "quick": LoadScale((1, 4, 16), {1: 20, 4: 10, 16: 5}, reps=2, prior=20),
+    "tiny": LoadScale((1, 4), {1: 4, 4: 3}, reps=1, prior=5, meter_turns=3),
+}
+
+
+def _cfg(thread_id: str) -> Any:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def _pages_at(session: int, turn: int) -> bool:
+    """Whether ``session`` asks for a history page after its ``turn``-th turn (staggered:
+    one turn in HISTORY_EVERY, not all sessions at once)."""
+    return (turn + session) % HISTORY_EVERY == HISTORY_EVERY - 1
+
+
+# ---------------------------------------------------------------- database side
+
+
+@dataclass
+class Server:
+    """Facts of the server and the meter connection (on the admin database)."""
+
+    admin_dsn: str
+    meter: psycopg.Connection[Any]
+    pgss: bool
+    max_connections: int
+    proc: bool
+
+    @classmethod
+    def open(cls, admin_dsn: str) -> Server:
+        meter = psycopg.connect(admin_dsn, autocommit=True)
+        pgss = False
+        with contextlib.suppress(psycopg.Error):
+            pre = str(_one(meter, "SHOW shared_preload_libraries"))
+            if "pg_stat_statements" in pre:
+                meter.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                meter.execute("SELECT count(*) FROM pg_stat_statements")
+                pgss = True
+        maxc = int(_one(meter, "SHOW max_connections"))
+        pid = int(_one(meter, "SELECT pg_backend_pid()"))
+        proc = _cpu_ticks([pid]) is not None
+        return cls(admin_dsn, meter, pgss, maxc, proc)
+
+    def close(self) -> None:
+        self.meter.close()
+
+    def dbid(self, dsn: str) -> int:
+        with psycopg.connect(dsn, autocommit=True) as c:
+            return int(_one(c, "SELECT oid FROM pg_database WHERE datname = current_database()"))
+
+    def reset(self, dbid: int) -> None:
+        if self.pgss:
+            self.meter.execute("SELECT pg_stat_statements_reset(0, %s, 0)", (dbid,))
+
+    def statements(self, dbid: int) -> dict[str, Any] | None:
+        if not self.pgss:
+            return None
+        rows = self.meter.cursor(row_factory=dict_row).execute(
+            "SELECT queryid, left(regexp_replace(query, '\\s+', ' ', 'g'), 160) AS query, "
+            "calls, total_exec_time, rows, shared_blks_hit + shared_blks_read AS blks, "
+            "shared_blks_dirtied + shared_blks_written AS blks_dirtied_written "
+            "FROM pg_stat_statements WHERE dbid = %s AND query NOT LIKE '%%pg_stat%%' "
+            "ORDER BY total_exec_time DESC",
+            (dbid,),
+        ).fetchall()
+        return {
+            "exec_ms": sum(r["total_exec_time"] for r in rows),
+            "calls": sum(r["calls"] for r in rows),
+            "shared_blks": sum(r["blks"] for r in rows),
+            "blks_dirtied_written": sum(r["blks_dirtied_written"] for r in rows),
+            "top": [
+                {"query": r["query"], "calls": r["calls"], "exec_ms": r["total_exec_time"],
+                 "rows": r["rows"], "shared_blks": r["blks"]}
+                for r in rows[:8]
+            ],
+        }
+
+
+def _one(conn: psycopg.Connection[Any], q: str) -> Any:
+    row = conn.execute(q).fetchone()
+    assert row is not None
+    return row[0]
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_ticks(pids: list[int]) -> int | None:
+    """utime + stime of ``pids`` (None: not readable, e.g. the server is elsewhere)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        total += int(fields[11]) + int(fields[12])  # fields 14, 15 of proc(5)
+    return total
+
+
+class WaitSampler:
+    """Samples what the given backends are doing every ``every`` seconds."""
+
+    def __init__(self, dsn: str, pids: list[int], every: float = 0.05) -> None:
+        self.pids = pids
+        self.every = every
+        self.samples: Counter[str] = Counter()
+        self.n = 0
+        self._stop = threading.Event()
+        self._conn = psycopg.connect(dsn, autocommit=True)
+        self._t = threading.Thread(target=self._run, daemon=True, name="lgdp-load-waits")
+
+    def _run(self) -> None:
+        q = (
+            "SELECT state, wait_event_type, wait_event FROM pg_stat_activity "
+            "WHERE pid = ANY(%s)"
+        )
+        while not self._stop.is_set():
+            for state, wtype, wevent in self._conn.execute(q, (self.pids,)).fetchall():
+                if state == "active":
+                    self.samples[f"{wtype}:{wevent}" if wtype else "CPU"] += 1
+                elif state == "idle in transaction":
+                    self.samples["idle in transaction"] += 1
+            self.n += 1
+            self._stop.wait(self.every)
+
+    def __enter__(self) -> WaitSampler:
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._t.join(timeout=5)
+        self._conn.close()
+
+    def summary(self) -> dict[str, Any]:
+        n = max(self.n, 1)
+        return {
+            "samples": self.n,
+            # mean number of the pool's backends in each state per sample
+            "per_sample": {k: v / n for k, v in self.samples.most_common()},
+        }
+
+
+_THREAD_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes", "checkpoint_epochs")
+
+
+def clone_threads(conn: psycopg.Connection[Any], template: str, ids: list[str]) -> None:
+    """Copies of ``template``'s rows (any saver's tables) under the thread ids ``ids``."""
+    for table in _THREAD_TABLES:
+        cols = [
+            r[0] for r in conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+                "AND table_schema = ANY(current_schemas(false)) AND column_name <> 'thread_id' "
+                "ORDER BY ordinal_position",
+                (table,),
+            ).fetchall()
+        ]
+        if not cols:
+            continue
+        c = sql.SQL(", ").join(map(sql.Identifier, cols))
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {t} (thread_id, {c}) SELECT n, {c} FROM {t} "
+                "CROSS JOIN unnest(%(ids)s::text[]) AS n WHERE thread_id = %(src)s"
+            ).format(t=sql.Identifier(table), c=c),
+            {"ids": ids, "src": template},
+        )
+    conn.execute("ANALYZE")
+
+
+# ---------------------------------------------------------------- savers and pools
+
+
+def _pool_kwargs(saver: str, dsn: str) -> dict[str, Any]:
+    if saver == "ours":  # as DeltaPostgresSaver.from_conn_string opens its connections
+        return connect_kwargs(dsn, DEFAULT_PREPARE_THRESHOLD)
+    return {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+
+
+def _sync_saver(saver: str, conn: Any) -> Any:
+    if saver == "ours":
+        from langgraph_delta_postgres import DeltaPostgresSaver
+
+        return DeltaPostgresSaver(conn)
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    return PostgresSaver(conn)
+
+
+def _async_saver(saver: str, pool: Any) -> Any:
+    if saver == "ours":
+        from langgraph_delta_postgres.aio import AsyncDeltaPostgresSaver
+
+        return AsyncDeltaPostgresSaver(pool)
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+    return AsyncPostgresSaver(pool)
+
+
+@dataclass
+class RunSpec:
+    mode: str
+    saver: str
+    dsn: str
+    dbid: int
+    sessions: int
+    turns: int
+    prior: int
+    workload: str
+    prefix: str
+
+    def thread(self, i: int) -> str:
+        return f"{self.prefix}-{i:03}"
+
+
+@dataclass
+class Timings:
+    turns: list[float]
+    pages: list[float]
+    wall: float
+
+
+def _session_sync(g: Any, spec: RunSpec, i: int, out: Timings) -> None:
+    cfg = _cfg(spec.thread(i))
+    for k in range(spec.turns):
+        t0 = time.perf_counter()
+        g.invoke(user_input(spec.workload, spec.prior + k), cfg)
+        g.get_state(cfg)
+        out.turns.append(time.perf_counter() - t0)
+        if _pages_at(i, k):
+            t0 = time.perf_counter()
+            [s.values for s in g.get_state_history(cfg, limit=PAGE)]
+            out.pages.append(time.perf_counter() - t0)
+
+
+async def _session_async(g: Any, spec: RunSpec, i: int, out: Timings) -> None:
+    cfg = _cfg(spec.thread(i))
+    for k in range(spec.turns):
+        t0 = time.perf_counter()
+        await g.ainvoke(user_input(spec.workload, spec.prior + k), cfg)
+        await g.aget_state(cfg)
+        out.turns.append(time.perf_counter() - t0)
+        if _pages_at(i, k):
+            t0 = time.perf_counter()
+            [s.values async for s in g.aget_state_history(cfg, limit=PAGE)]
+            out.pages.append(time.perf_counter() - t0)
+
+
+def _warm_sync(conn: Any, spec: RunSpec, i: int) -> None:
+    """A long-lived pool's state: ``conn`` has run every statement of a session more
+    often than the prepare threshold (ours prepares a statement on its 5th use; until
+    then each use plans it afresh), on a warm-up thread of its own."""
+    g = build_graph(spec.workload, _sync_saver(spec.saver, conn))
+    cfg = _cfg(f"{spec.prefix}-warm-{i:03}")
+    for k in range(WARM_TURNS):
+        g.invoke(user_input(spec.workload, spec.prior + k), cfg)
+        g.get_state(cfg)
+        list(g.get_state_history(cfg, limit=PAGE))
+
+
+async def _warm_async(conn: Any, spec: RunSpec, i: int) -> None:
+    """:func:`_warm_sync` on an async connection."""
+    g = build_graph(spec.workload, _async_saver(spec.saver, conn))
+    cfg = _cfg(f"{spec.prefix}-warm-{i:03}")
+    for k in range(WARM_TURNS):
+        await g.ainvoke(user_input(spec.workload, spec.prior + k), cfg)
+        await g.aget_state(cfg)
+        [s async for s in g.aget_state_history(cfg, limit=PAGE)]
+
+
+def _measured(
+    server: Server, spec: RunSpec, pids: list[int], go: Callable[[], Timings]
+) -> dict[str, Any]:
+    """Run ``go`` (the sessions) with the database's meters around it."""
+    server.reset(spec.dbid)
+    cpu0 = _cpu_ticks(pids)
+    with WaitSampler(server.admin_dsn, pids) as waits:
+        tm = go()
+    cpu1 = _cpu_ticks(pids)
+    n = len(tm.turns)
+    res: dict[str, Any] = {
+        "turns": n,
+        "pages": len(tm.pages),
+        "wall_s": tm.wall,
+        "turns_per_s": n / tm.wall,
+        "turn_ms": _pcts(tm.turns),
+        "page_ms": _pcts(tm.pages),
+        "waits": waits.summary(),
+        "backend_cpu_ms_per_turn": (
+            (cpu1 - cpu0) * 1000 / _TICK / n if cpu0 is not None and cpu1 is not None else None
+        ),
+    }
+    st = server.statements(spec.dbid)
+    if st is not None:
+        res["statements"] = st
+        res["exec_ms_per_turn"] = st["exec_ms"] / n
+        res["shared_blks_per_turn"] = st["shared_blks"] / n
+        res["calls_per_turn"] = st["calls"] / n
+    return res
+
+
+def _pcts(xs: list[float]) -> dict[str, float]:
+    if not xs:
+        return {"p50": float("nan"), "p99": float("nan"), "n": 0}
+    s = sorted(xs)
+    p99 = s[min(len(s) - 1, max(0, round(0.99 * len(s) + 0.5) - 1))]
+    return {"p50": statistics.median(s) * 1000, "p99": p99 * 1000, "max": s[-1] * 1000,
+            "n": len(s)}
+
+
+def run_threads(server: Server, spec: RunSpec) -> dict[str, Any]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from psycopg_pool import ConnectionPool
+
+    size = min(spec.sessions, POOL_CAP)
+    with ConnectionPool(spec.dsn, min_size=size, max_size=size,
+                        kwargs=_pool_kwargs(spec.saver, spec.dsn), open=True) as pool:
+        pool.wait(timeout=60)
+        with contextlib.ExitStack() as held:
+            conns = [held.enter_context(pool.connection()) for _ in range(size)]
+            pids = [c.info.backend_pid for c in conns]
+            for i, c in enumerate(conns):
+                _warm_sync(c, spec, i)
+        g = build_graph(spec.workload, _sync_saver(spec.saver, pool))
+
+        def go() -> Timings:
+            tm = Timings([], [], 0.0)
+            with ThreadPoolExecutor(spec.sessions) as ex:
+                t0 = time.perf_counter()
+                futs = [ex.submit(_session_sync, g, spec, i, tm) for i in range(spec.sessions)]
+                for f in futs:
+                    f.result()
+                tm.wall = time.perf_counter() - t0
+            return tm
+
+        res = _measured(server, spec, pids, go)
+    res["pool_size"] = size
+    return res
+
+
+def run_asyncio(server: Server, spec: RunSpec) -> dict[str, Any]:
+    from psycopg_pool import AsyncConnectionPool
+
+    size = min(spec.sessions, POOL_CAP)
+
+    async def main() -> dict[str, Any]:
+        async with AsyncConnectionPool(spec.dsn, min_size=size, max_size=size,
+                                       kwargs=_pool_kwargs(spec.saver, spec.dsn),
+                                       open=False) as pool:
+            await pool.wait(timeout=60)
+            async with contextlib.AsyncExitStack() as held:
+                conns = [await held.enter_async_context(pool.connection()) for _ in range(size)]
+                pids = [c.info.backend_pid for c in conns]
+                for i, c in enumerate(conns):
+                    await _warm_async(c, spec, i)
+            g = build_graph(spec.workload, _async_saver(spec.saver, pool))
+            box: dict[str, Any] = {}
+
+            async def sessions() -> Timings:
+                tm = Timings([], [], 0.0)
+                t0 = time.perf_counter()
+                await asyncio.gather(
+                    *(_session_async(g, spec, i, tm) for i in range(spec.sessions))
+                )
+                tm.wall = time.perf_counter() - t0
+                return tm
+
+            # the meters are blocking calls: run them around the sessions off the loop
+            loop = asyncio.get_running_loop()
+
+            def go() -> Timings:
+                return asyncio.run_coroutine_threadsafe(sessions(), loop).result()
+
+            box["res"] = await loop.run_in_executor(None, _measured, server, spec, pids, go)
+            box["res"]["pool_size"] = size
+            return box["res"]  # type: ignore[no-any-return]
+
+    return asyncio.run(main())
+
+
+# ---------------------------------------------------------------- setup and bytes
+
+
+@dataclass
+class SaverDb:
+    saver: str
+    dsn: str
+    dbid: int
+    template: str
+
+
+def _setup(saver: str, dsn: str, server: Server, ls: LoadScale) -> SaverDb:
+    """The saver's tables in its own database and its template thread (``prior`` turns,
+    written by that saver through the workload's graph)."""
+    with psycopg.connect(dsn, **_pool_kwargs(saver, dsn)) as conn:
+        s = _sync_saver(saver, conn)
+        s.setup()
+        g = build_graph(ls.workload, s)
+        run_turns(g, ls.workload, "template", ls.prior)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        from .common import freeze_autovacuum
+
+        freeze_autovacuum(conn)
+    return SaverDb(saver, dsn, server.dbid(dsn), "template")
+
+
+def _bytes_per_turn(db: SaverDb, ls: LoadScale, mode: str) -> dict[str, Any]:
+    """One session behind a counting loopback proxy (untimed): bytes the server sent and
+    received, and wire round trips, per turn (history pages included at their rate),
+    counted after WARM_TURNS turns on the same connection (statements prepared)."""
+    from .proxy import LatencyProxy, upstream_of
+
+    tid = f"meter-{mode}"
+    with psycopg.connect(db.dsn, autocommit=True) as c:
+        clone_threads(c, db.template, [tid])
+    turns = ls.meter_turns
+    with LatencyProxy(upstream_of(db.dsn), 0.0) as proxy:
+        pdsn = proxy.dsn(db.dsn)
+        pages = 0
+        if mode == "threads":
+            from psycopg_pool import ConnectionPool
+
+            with ConnectionPool(pdsn, min_size=1, max_size=1,
+                                kwargs=_pool_kwargs(db.saver, pdsn)) as pool:
+                g = build_graph(ls.workload, _sync_saver(db.saver, pool))
+                for k in range(WARM_TURNS + turns):
+                    if k == WARM_TURNS:  # counted once the statements are prepared
+                        before = proxy.counts()
+                    g.invoke(user_input(ls.workload, ls.prior + k), _cfg(tid))
+                    g.get_state(_cfg(tid))
+                    if _pages_at(0, k) or k < WARM_TURNS:
+                        pages += k >= WARM_TURNS
+                        list(g.get_state_history(_cfg(tid), limit=PAGE))
+        else:
+            from psycopg_pool import AsyncConnectionPool
+
+            box: dict[str, Any] = {}
+
+            async def main() -> int:
+                n = 0
+                async with AsyncConnectionPool(pdsn, min_size=1, max_size=1, open=False,
+                                               kwargs=_pool_kwargs(db.saver, pdsn)) as pool:
+                    g = build_graph(ls.workload, _async_saver(db.saver, pool))
+                    for k in range(WARM_TURNS + turns):
+                        if k == WARM_TURNS:
+                            box["before"] = proxy.counts()
+                        await g.ainvoke(user_input(ls.workload, ls.prior + k), _cfg(tid))
+                        await g.aget_state(_cfg(tid))
+                        if _pages_at(0, k) or k < WARM_TURNS:
+                            n += k >= WARM_TURNS
+                            [s async for s in g.aget_state_history(_cfg(tid), limit=PAGE)]
+                return n
+
+            pages = asyncio.run(main())
+            before = box["before"]
+        d = proxy.counts() - before
+    return {
+        "turns": turns, "pages": pages,
+        "sent_bytes_per_turn": d.down_bytes / turns,
+        "received_bytes_per_turn": d.up_bytes / turns,
+        "round_trips_per_turn": d.round_trips / turns,
+    }
+
+
+def _final_states_equal(dbs: dict[str, SaverDb], ls: LoadScale, threads: list[str]) -> bool:
+    states = {}
+    for name, db in dbs.items():
+        with psycopg.connect(db.dsn, **_pool_kwargs(name, db.dsn)) as conn:
+            g = build_graph(ls.workload, _sync_saver(name, conn))
+            states[name] = [g.get_state(_cfg(t)).values for t in threads]
+    return bool(states["ours"] == states["official"])
+
+
+# ---------------------------------------------------------------- the section
+
+
+def run_load(admin_dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str, Any]:
+    """``admin_dsn``: a server where two scratch databases are made (ours, official)."""
+    import uuid
+
+    from .common import scratch_database
+
+    ls = SCALES[scale_name]
+    server = Server.open(admin_dsn)
+    tag = uuid.uuid4().hex[:8]
+    out: dict[str, Any] = {
+        "workload": ls.workload, "sessions": list(ls.sessions),
+        "turns_per_session": {str(k): v for k, v in ls.turns.items()}, "reps": ls.reps,
+        "prior_turns": ls.prior, "history_every": HISTORY_EVERY, "page": PAGE,
+        "pool_cap": POOL_CAP, "max_connections": server.max_connections,
+        "measures": {
+            "db_time": "pg_stat_statements total_exec_time" if server.pgss else None,
+            "backend_cpu": "utime+stime of the pool's backends (/proc)" if server.proc else None,
+            "bytes": "loopback proxy, one session, untimed pass",
+        },
+    }
+    log(
+        f"load: {ls.workload}, sessions {list(ls.sessions)}, modes {list(MODES)}; "
+        f"pg_stat_statements: {'yes' if server.pgss else 'no (not preloaded)'}; backend CPU "
+        f"from /proc: {'yes' if server.proc else 'no'}; max_connections "
+        f"{server.max_connections}, pools of min(N, {POOL_CAP})"
+    )
+    try:
+        with scratch_database(admin_dsn, f"{tag}o") as (ours_dsn, _), scratch_database(
+            admin_dsn, f"{tag}f"
+        ) as (off_dsn, _):
+            dbs = {
+                "ours": _setup("ours", ours_dsn, server, ls),
+                "official": _setup("official", off_dsn, server, ls),
+            }
+            if dbs["ours"].dbid == dbs["official"].dbid:  # schema fallback: one database
+                out["measures"]["db_time"] = None
+                server.pgss = False
+            out["bytes"] = {
+                mode: {name: _bytes_per_turn(db, ls, mode) for name, db in dbs.items()}
+                for mode in MODES
+            }
+            levels: dict[str, dict[str, Any]] = {m: {} for m in MODES}
+            checked: list[str] = []
+            for rep in range(ls.reps):
+                for li, n in enumerate(ls.sessions):
+                    for mode in MODES:
+                        order = list(SAVERS) if (rep + li) % 2 == 0 else list(SAVERS)[::-1]
+                        entry = levels[mode].setdefault(str(n), {"runs": []})
+                        pair: dict[str, Any] = {"order": order}
+                        prefix = f"{mode[0]}{n}r{rep}"
+                        for name in order:
+                            db = dbs[name]
+                            spec = RunSpec(mode, name, db.dsn, db.dbid, n, ls.turns[n],
+                                           ls.prior, ls.workload, prefix)
+                            ids = [spec.thread(i) for i in range(n)]
+                            ids += [f"{prefix}-warm-{i:03}" for i in range(min(n, POOL_CAP))]
+                            with psycopg.connect(db.dsn, autocommit=True) as c:
+                                clone_threads(c, db.template, ids)
+                            run = run_asyncio if mode == "asyncio" else run_threads
+                            pair[name] = run(server, spec)
+                        if rep == 0:
+                            checked += [f"{prefix}-{i:03}" for i in range(n)]
+                        entry["runs"].append(pair)
+                        log("  " + _line(mode, n, rep, pair))
+            out["levels"] = levels
+            for mode in MODES:
+                for e in levels[mode].values():
+                    e["summary"] = _summarize(e["runs"])
+            out["states_equal"] = _final_states_equal(dbs, ls, checked)
+            log(f"  final states of both savers equal: {out['states_equal']}")
+    finally:
+        server.close()
+    return out
+
+
+def _line(mode: str, n: int, rep: int, pair: dict[str, Any]) -> str:
+    o, f = pair["ours"], pair["official"]
+    s = (f"{mode} {n:>2} sessions (rep {rep}): turns/s ours {o['turns_per_s']:.1f} official "
+         f"{f['turns_per_s']:.1f}; p50/p99 ms ours {o['turn_ms']['p50']:.0f}/"
+         f"{o['turn_ms']['p99']:.0f} official {f['turn_ms']['p50']:.0f}/{f['turn_ms']['p99']:.0f}")
+    if "exec_ms_per_turn" in o:
+        s += (f"; db exec ms/turn ours {o['exec_ms_per_turn']:.2f} official "
+              f"{f['exec_ms_per_turn']:.2f}")
+    if o["backend_cpu_ms_per_turn"] is not None:
+        s += (f"; backend cpu ms/turn ours {o['backend_cpu_ms_per_turn']:.2f} official "
+              f"{f['backend_cpu_ms_per_turn']:.2f}")
+    return s
+
+
+def _med(xs: list[float]) -> float:
+    xs = [x for x in xs if x == x]
+    return statistics.median(xs) if xs else float("nan")
+
+
+def _summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over the repetitions, ratios pair by pair."""
+
+    def ratio(get: Callable[[dict[str, Any]], float | None], a: str, b: str) -> float:
+        xs = []
+        for p in runs:
+            x, y = get(p[a]), get(p[b])
+            if x is not None and y is not None and y > 0:
+                xs.append(x / y)
+        return _med(xs)
+
+    def med(get: Callable[[dict[str, Any]], float | None], who: str) -> float:
+        return _med([v for p in runs if (v := get(p[who])) is not None])
+
+    getters: dict[str, Callable[[dict[str, Any]], Any]] = {
+        "turns_per_s": lambda r: r["turns_per_s"],
+        "turn_p50_ms": lambda r: r["turn_ms"]["p50"],
+        "turn_p99_ms": lambda r: r["turn_ms"]["p99"],
+        "page_p50_ms": lambda r: r["page_ms"]["p50"],
+        "exec_ms_per_turn": lambda r: r.get("exec_ms_per_turn"),
+        "shared_blks_per_turn": lambda r: r.get("shared_blks_per_turn"),
+        "calls_per_turn": lambda r: r.get("calls_per_turn"),
+        "backend_cpu_ms_per_turn": lambda r: r.get("backend_cpu_ms_per_turn"),
+    }
+    s: dict[str, Any] = {k: {w: med(g, w) for w in SAVERS} for k, g in getters.items()}
+    s["throughput_ours_over_official"] = ratio(getters["turns_per_s"], "ours", "official")
+    s["exec_official_over_ours"] = ratio(getters["exec_ms_per_turn"], "official", "ours")
+    s["cpu_official_over_ours"] = ratio(getters["backend_cpu_ms_per_turn"], "official", "ours")
+    s["blks_official_over_ours"] = ratio(getters["shared_blks_per_turn"], "official", "ours")
+    s["p99_ours_over_official"] = ratio(getters["turn_p99_ms"], "ours", "official")
+    s["p50_ours_over_official"] = ratio(getters["turn_p50_ms"], "ours", "official")
+    s["pairs"] = len(runs)
+    return s
+
+
+# ---------------------------------------------------------------- report
+
+
+TARGETS = {"db_official_over_ours": 3.0, "throughput": 1.0, "throughput_at_64": 1.5}
+
+
+def headline(res: dict[str, Any]) -> dict[str, Any]:
+    ld = res.get("load")
+    if not ld or "levels" not in ld:
+        return {}
+    h: dict[str, Any] = {}
+    for mode, levels in ld["levels"].items():
+        top = max(levels, key=int)
+        s = levels[top]["summary"]
+        h[f"load_{mode}_{top}_sessions"] = {
+            "throughput_ours_over_official": s["throughput_ours_over_official"],
+            "db_exec_official_over_ours": s["exec_official_over_ours"],
+            "backend_cpu_official_over_ours": s["cpu_official_over_ours"],
+            "p99_ours_over_official": s["p99_ours_over_official"],
+        }
+    return h
+
+
+def _f(x: Any, fmt: str = ".2f") -> str:
+    return "n/a" if x is None or x != x else format(x, fmt)
+
+
+def markdown(res: dict[str, Any], img_rel: str = "img") -> list[str]:
+    ld = res.get("load")
+    if not ld or "levels" not in ld:
+        return []
+    m = ld["measures"]
+    L = [
+        "## Load: how many agents one Postgres serves", "",
+        "Measured by `langgraph-delta-pg bench` (its load section; alone: `--only load`). "
+        f"N concurrent sessions, each on its own `{ld['workload']}` thread holding "
+        f"{ld['prior_turns']} turns: per turn `invoke` + `get_state`, and on one turn in "
+        f"{ld['history_every']} a `get_state_history(limit={ld['page']})` page. Ours and the "
+        "official saver each in their own scratch database on the same server, on rows they "
+        f"wrote; pools of min(N, {ld['pool_cap']}) connections (server max_connections "
+        f"{ld['max_connections']}); {ld['reps']} repetition(s), the order alternating; "
+        "values are medians over repetitions, ratios pair by pair. Per turn, a history page "
+        "counts in the turn that asked for it; turn latency is `invoke` + `get_state`.", "",
+        f"Database time: {m['db_time'] or 'pg_stat_statements not available'}; backend CPU: "
+        f"{m['backend_cpu'] or 'not available (server not on this machine)'}; bytes: "
+        f"{m['bytes']}. Final states of both savers equal: "
+        f"{'yes' if ld.get('states_equal') else 'NO'}.", "",
+        "| mode | sessions | turns/s ours | turns/s official | ours/official (>= 1.0; 1.5 at 64) "
+        "| db exec ms/turn ours | official | official/ours (>= 3) | backend CPU ms/turn ours "
+        "| official | official/ours | shared blks/turn ours | official | turn p50 ms ours "
+        "| official | turn p99 ms ours | official |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for mode, levels in ld["levels"].items():
+        for n, e in sorted(levels.items(), key=lambda kv: int(kv[0])):
+            s = e["summary"]
+            L.append(
+                f"| {mode} | {n} | {_f(s['turns_per_s']['ours'], '.1f')} "
+                f"| {_f(s['turns_per_s']['official'], '.1f')} "
+                f"| {_f(s['throughput_ours_over_official'])}x "
+                f"| {_f(s['exec_ms_per_turn']['ours'])} | {_f(s['exec_ms_per_turn']['official'])} "
+                f"| {_f(s['exec_official_over_ours'])}x "
+                f"| {_f(s['backend_cpu_ms_per_turn']['ours'])} "
+                f"| {_f(s['backend_cpu_ms_per_turn']['official'])} "
+                f"| {_f(s['cpu_official_over_ours'])}x "
+                f"| {_f(s['shared_blks_per_turn']['ours'], '.0f')} "
+                f"| {_f(s['shared_blks_per_turn']['official'], '.0f')} "
+                f"| {_f(s['turn_p50_ms']['ours'], '.0f')} "
+                f"| {_f(s['turn_p50_ms']['official'], '.0f')} "
+                f"| {_f(s['turn_p99_ms']['ours'], '.0f')} "
+                f"| {_f(s['turn_p99_ms']['official'], '.0f')} |"
+            )
+    L += ["", "Bytes per turn (one session behind a counting loopback proxy):", "",
+          "| mode | saver | sent by the server | received | round trips |", "|---|---|---|---|---|"]
+    for mode, per in ld.get("bytes", {}).items():
+        for name, b in per.items():
+            L.append(f"| {mode} | {name} | {b['sent_bytes_per_turn']:,.0f} "
+                     f"| {b['received_bytes_per_turn']:,.0f} | {b['round_trips_per_turn']:.1f} |")
+    L += ["", f"![load]({img_rel}/load.png)", ""]
+    return L
+
+
+def plot(res: dict[str, Any], img: Any) -> list[Any]:
+    ld = res.get("load")
+    if not ld or "levels" not in ld:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    img.mkdir(parents=True, exist_ok=True)
+    key = "exec_ms_per_turn" if ld["measures"]["db_time"] else "backend_cpu_ms_per_turn"
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.5), dpi=110)
+    for mode, levels in ld["levels"].items():
+        ns = sorted(levels, key=int)
+        xs = [int(n) for n in ns]
+        for who, style in (("ours", "-"), ("official", "--")):
+            label = f"{'ours' if who == 'ours' else 'official 3.2'}, {mode}"
+            a.plot(xs, [levels[n]["summary"]["turns_per_s"][who] for n in ns], style,
+                   marker="o", label=label)
+            b.plot(xs, [levels[n]["summary"][key][who] for n in ns], style, marker="o",
+                   label=label)
+    for ax in (a, b):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrent sessions")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    a.set_ylabel("turns/s (median)")
+    a.set_title("throughput")
+    b.set_ylabel(("pg_stat_statements exec" if key == "exec_ms_per_turn" else "backend CPU")
+                 + " ms per turn")
+    b.set_title("database time per turn")
+    fig.suptitle(res.get("command", ""), fontsize=8)
+    fig.tight_layout()
+    path = img / "load.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return [path]
+
+
+def run_alone(
+    args: Any, scale: str, server: Callable[[str | None], Any], command: str
+) -> dict[str, Any]:
+    """``langgraph-delta-pg bench --only load``: this part alone, on the same server the
+    full run uses (two scratch databases)."""
+    res: dict[str, Any] = {"command": command, "scale": scale}
+    t0 = time.perf_counter()
+    with server(args.dsn) as (server_dsn, source):
+        res["database"] = {"source": source, "scratch": "two scratch databases"}
+        with psycopg.connect(server_dsn, autocommit=True) as meter:
+            from .common import machine_facts
+
+            res["machine"] = machine_facts(meter)
+        res["load"] = run_load(server_dsn, scale, lambda m: print(m, flush=True))
+    res["seconds"] = time.perf_counter() - t0
+    return res
