@@ -248,6 +248,9 @@ def agent_section(res: dict[str, Any]) -> list[str]:
     L = [
         "## A real agent: a deepagents session",
         "",
+        "Measured by `langgraph-delta-pg bench --only agent` (also the agent section of the "
+        "full run; needs the `agent` extra).",
+        "",
         f"`deepagents.create_deep_agent` driven by a scripted chat model (no network, "
         f"deterministic; `langgraph_delta_postgres._bench.scripted_model`): {a['turns']} user "
         "turns of a coding session with `write_file` / `read_file` / `edit_file` / `ls` / "
