@@ -1,6 +1,6 @@
 """Where get_state's time goes on the agent session: LangGraph's own work vs the saver's.
 
-    python scripts/profile_agent_state.py [--dsn DSN] [--turns 150] [--rounds 21]
+    python scripts/profile_agent_state.py [--dsn DSN] [--turns 150] [--rounds 21] [--cprofile]
 
 Runs the bench's deepagents session (``langgraph_delta_postgres._bench.agent``: scripted
 model, no network) for ``--turns`` turns on ours (``DeltaPostgresSaver``), the official
@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import gc
+import pstats
 import statistics
 import time
 import uuid
@@ -64,7 +66,10 @@ def main() -> None:
     ap.add_argument("--dsn")
     ap.add_argument("--turns", type=int, default=150)
     ap.add_argument("--rounds", type=int, default=21)
+    ap.add_argument("--cprofile", action="store_true",
+                    help="also print cProfile's top functions of ours' timed calls")
     args = ap.parse_args()
+    prof = cProfile.Profile() if args.cprofile else None
     db = f"lgdp_profile_{uuid.uuid4().hex[:8]}"
     with contextlib.ExitStack() as stack:
         server = args.dsn or stack.enter_context(embedded_postgres())
@@ -101,9 +106,13 @@ def main() -> None:
             for k in names[r % 3:] + names[: r % 3]:
                 gc.collect()
                 clocks[k].seconds = 0.0
+                if prof is not None and k == "ours":
+                    prof.enable()
                 t0 = time.perf_counter()
                 graphs[k].get_state(_cfg(f"agent-{k}"))
                 total[k].append(time.perf_counter() - t0)
+                if prof is not None and k == "ours":
+                    prof.disable()
                 inside[k].append(clocks[k].seconds)
     print(f"get_state of the head, warm, {args.turns}-turn deepagents session, median of "
           f"{args.rounds} interleaved rounds (ms)\n")
@@ -122,6 +131,9 @@ def main() -> None:
           f"official/ours {t_off / lg_ours:.2f}x")
     pairs = [a / b for a, b in zip(total["official"], total["ours"], strict=True)]
     print(f"round-by-round official/ours: {statistics.median(pairs):.2f}x")
+    if prof is not None:
+        print("\nours, cProfile of the timed calls (all rounds), by internal time:")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(15)
 
 
 if __name__ == "__main__":
