@@ -7,11 +7,13 @@ these generators over a psycopg cursor, so both run the same statements and the 
 row -> result code. An operation's generator function is named ``_op_...`` (or, behind
 an argument check, ``_...``): that name is what the DEBUG log of each statement shows.
 
-* :mod:`.base`: ``Stmt`` / ``Op``, the config helpers, the get_tuple -> history prefetch
-  slot;
+* :mod:`.base`: ``Stmt`` / ``Op``, the config helpers, the prefetch slot (get_tuple's
+  history, or a listing's rows) the next history call may take;
 * :mod:`.context`: ``SaverCore``, the state every operation reads (queries, serde, cache,
   schema, counters) and the statements composed of several blocks;
 * :mod:`.checkpoints` (``sql/checkpoints.sql``): get_tuple, list;
+* :mod:`.listed`: list()'s prefetch, the history calls after a listing answered from its
+  rows by the walk's rule;
 * :mod:`.history` (``sql/delta_history.sql``): get_delta_channel_history;
 * :mod:`.write` (``sql/write.sql``): put, put_writes;
 * :mod:`.retention` (``sql/retention.sql``): prune, the keep-set, delete_for_runs;

@@ -14,6 +14,7 @@ from langchain_core.runnables import RunnableConfig
 from psycopg import sql
 
 from .._cache import Plan
+from .listed import _Listed as _Listed  # the slot holds one (and tests reach it here)
 
 logger = logging.getLogger("langgraph_delta_postgres")
 T = TypeVar("T")
@@ -69,10 +70,13 @@ class _Prefetch:
     rows: list[tuple[Any, ...]]
 
 
-#: One slot per thread / asyncio task (a context): set by get_tuple, taken by the next
-#: history call of the same saver if it asks for that checkpoint, and cleared by any
-#: write this context makes (so an answer never predates a write its caller made).
-_PREFETCH: ContextVar[_Prefetch | None] = ContextVar("lgdp_history_prefetch", default=None)
+#: One slot per thread / asyncio task (a context): set by get_tuple (taken by the next
+#: history call of the same saver if it asks for that checkpoint) or by list (serving
+#: the history calls on its checkpoints until the next read or write), and cleared by
+#: any write this context makes (so an answer never predates a write its caller made).
+_PREFETCH: ContextVar[_Prefetch | _Listed | None] = ContextVar(
+    "lgdp_history_prefetch", default=None
+)
 
 
 def _configurable(config: RunnableConfig) -> dict[str, Any]:

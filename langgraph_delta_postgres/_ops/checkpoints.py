@@ -21,6 +21,7 @@ from .._cache import NO_PLAN, gc_paused
 from .._checks import INT8_MAX, check_int, check_mapping
 from ..errors import CorruptCheckpointError
 from .base import _PREFETCH, Op, Row, Stmt, _configurable, _ns, _Prefetch, _thread_id
+from .listed import _Listed
 
 if TYPE_CHECKING:
     from .context import SaverCore
@@ -134,7 +135,10 @@ def _op_get_tuple(ctx: SaverCore, config: RunnableConfig) -> Op[CheckpointTuple 
         with gc_paused():  # see _cache.gc_paused
             return row_to_tuple(ctx, rows[0])
     cache = ctx.history_cache
-    plan = cache.plan(thread_id, ns, None, None) if cache is not None else NO_PLAN
+    plan = (
+        cache.plan(thread_id, ns, None, None, admit_unseen=False)
+        if cache is not None else NO_PLAN
+    )
     rows = yield Stmt(
         ctx.tuple_history_query(),
         {"tasks": TASKS, **ctx._history_params(thread_id, ns, None, None, plan)},
@@ -209,6 +213,9 @@ def _list(
     # without a thread, only the keys go through the sort (see checkpoints.keys_newest)
     by_key = config is None and limit is not None
     parts: list[sql.Composable] = [q["checkpoints.select_tuples"]]
+    if config is not None:  # the claims _Listed reads (see checkpoints.listed_claims)
+        parts.append(q["checkpoints.listed_claims"])
+    parts.append(q["checkpoints.from_checkpoints"])
     if by_key:
         parts.append(q["checkpoints.keys_newest"])
     if preds:
@@ -223,4 +230,7 @@ def _list(
     parts.append(q["checkpoints.tuples_of"])
     rows = yield Stmt(sql.SQL(" ").join(parts), params, binary=True)
     with gc_paused():  # see _cache.gc_paused
-        return [row_to_tuple(ctx, r) for r in rows]
+        tuples = [row_to_tuple(ctx, r) for r in rows]
+    if rows and config is not None:
+        _PREFETCH.set(_Listed(ctx, params["thread_id"], rows, ctx.max_history_depth))
+    return tuples

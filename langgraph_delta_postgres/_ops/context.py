@@ -73,14 +73,15 @@ class SaverCore(BaseCheckpointSaver[str]):
         return self._query(
             "tuple_history", "delta_history.walk", "delta_history.tuple_history",
             "delta_history.rows", "delta_history.tuple_rows", "checkpoints.select_tuples",
-            sql.SQL("WHERE"), "checkpoints.where_target", "checkpoints.tuples_of",
-            "delta_history.tuple_end",
+            "checkpoints.from_checkpoints", sql.SQL("WHERE"), "checkpoints.where_target",
+            "checkpoints.tuples_of", "delta_history.tuple_end",
         )
 
     def tuple_by_id_query(self) -> sql.Composed:
         """get_tuple of a checkpoint by id: the tuple alone."""
         return self._query(
-            "tuple_by_id", "checkpoints.select_tuples", sql.SQL("WHERE"),
+            "tuple_by_id", "checkpoints.select_tuples", "checkpoints.from_checkpoints",
+            sql.SQL("WHERE"),
             "checkpoints.where_thread", sql.SQL("AND"), "checkpoints.where_ns",
             sql.SQL("AND"), "checkpoints.where_id", "checkpoints.tuples_of",
         )

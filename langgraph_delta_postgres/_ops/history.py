@@ -13,6 +13,7 @@ from .._cache import NO_PLAN, Plan, gc_paused
 from .._checks import check_names
 from ..errors import HistoryError
 from .base import _PREFETCH, Op, Stmt, _ns, _thread_id
+from .listed import _Listed
 
 if TYPE_CHECKING:
     from .context import SaverCore
@@ -31,7 +32,14 @@ def _op_delta_history(
     checkpoint_id = get_checkpoint_id(config) or None
     cache = ctx.history_cache
     pre = _PREFETCH.get()
-    if pre is not None:
+    if isinstance(pre, _Listed):
+        if pre.saver is ctx and pre.thread_id == thread_id and checkpoint_id:
+            with gc_paused():  # see _cache.gc_paused
+                got_listed = pre.answer(ns, checkpoint_id, wanted, ctx.serde.loads_typed)
+            if got_listed is not None:
+                ctx._walk.answered(prefetched=True, uncached=False)
+                return got_listed
+    elif pre is not None:
         _PREFETCH.set(None)  # taken once
         if (
             pre.saver is ctx
