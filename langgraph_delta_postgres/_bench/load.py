@@ -11,8 +11,8 @@ The sessions run in up to ``CLIENT_PROCS`` client processes (``run_procs``).
 
 Two modes, each at every concurrency of the scale (1, 4, 16, 64 sessions):
 
-* ``asyncio``: an event loop per client process, ``ainvoke`` / ``aget_state`` on an ``AsyncConnectionPool``,
-  ``AsyncDeltaPostgresSaver`` against the official ``AsyncPostgresSaver``;
+* ``asyncio``: an event loop per client process, ``ainvoke`` / ``aget_state`` on an
+  ``AsyncConnectionPool``, ``AsyncDeltaPostgresSaver`` against the official ``AsyncPostgresSaver``;
 * ``threads``: one thread per session, ``invoke`` / ``get_state`` on a ``ConnectionPool``,
   ``DeltaPostgresSaver`` against the official ``PostgresSaver``.
 
@@ -965,8 +965,83 @@ def markdown(res: dict[str, Any], img_rel: str = "img") -> list[str]:
         for name, b in per.items():
             L.append(f"| {mode} | {name} | {b['sent_bytes_per_turn']:,.0f} "
                      f"| {b['received_bytes_per_turn']:,.0f} | {b['round_trips_per_turn']:.1f} |")
+    L += ["", *_targets(ld), "", *_where_time_goes(ld)]
     L += ["", f"![load]({img_rel}/load.png)", ""]
     return L
+
+
+def _targets(ld: dict[str, Any]) -> list[str]:
+    """Which of issue 22's load targets this run meets (pair medians, every level)."""
+    rows = [(mode, int(n), e["summary"]) for mode, levels in ld["levels"].items()
+            for n, e in levels.items()]
+    top = max(n for _, n, _ in rows)
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "**not met**"
+
+    thr = [s["throughput_ours_over_official"] for _, _, s in rows]
+    at_top = [s["throughput_ours_over_official"] for _, n, s in rows if n == top]
+    p99 = [s["p99_ours_over_official"] for _, _, s in rows]
+    thr_ok = min(thr) >= TARGETS["throughput"] and min(at_top) >= TARGETS["throughput_at_64"]
+    L = [
+        "Targets (issue 22), on the pair medians above:", "",
+        "| target | this run | verdict |", "|---|---|---|",
+        f"| throughput ours/official >= {TARGETS['throughput']} at every level, "
+        f">= {TARGETS['throughput_at_64']} at {top} | {_f(min(thr))}x lowest; "
+        f"{_f(min(at_top))}x lowest at {top} | "
+        f"{verdict(thr_ok)} |",
+        f"| turn p99 ours <= official at every level | ours/official {_f(max(p99))} highest "
+        f"| {verdict(max(p99) <= 1.0)} |",
+    ]
+    if ld["measures"]["db_time"]:
+        ex = [s["exec_official_over_ours"] for _, _, s in rows]
+        L.append(
+            f"| database execution time official/ours >= {TARGETS['db_official_over_ours']} "
+            f"at every level | {_f(min(ex))}x lowest, {_f(max(ex))}x highest "
+            f"| {verdict(min(ex) >= TARGETS['db_official_over_ours'])} |"
+        )
+    return L
+
+
+def _where_time_goes(ld: dict[str, Any], levels: tuple[int, ...] = (16, 64)) -> list[str]:
+    """Per saver at the top levels (first repetition): the statements that took the most
+    execution time and what the pool's backends were doing when sampled."""
+    L = [
+        "Where the statement time goes (first repetition; ms and calls per turn of the "
+        "three statements that took the most execution time; the mean number of the "
+        "pool's backends in each state, sampled from `pg_stat_activity` every 50 ms):", "",
+        "| mode | sessions | saver | top statements: ms/turn (calls/turn) | backends sampled |",
+        "|---|---|---|---|---|",
+    ]
+    any_row = False
+    for mode, lv in ld["levels"].items():
+        for n in levels:
+            e = lv.get(str(n))
+            if not e or not e["runs"]:
+                continue
+            pair = e["runs"][0]
+            for who in SAVERS:
+                r = pair[who]
+                st = r.get("statements")
+                if st is None:
+                    continue
+                any_row = True
+                top = "; ".join(
+                    f"`{_short(q['query'])}` {q['exec_ms'] / r['turns']:.2f} "
+                    f"({q['calls'] / r['turns']:.1f})"
+                    for q in st["top"][:3]
+                )
+                waits = ", ".join(
+                    f"{k} {v:.2f}" for k, v in list(r["waits"]["per_sample"].items())[:4]
+                )
+                L.append(f"| {mode} | {n} | {who} | {top} | {waits} |")
+    return L if any_row else []
+
+
+def _short(query: str) -> str:
+    """A statement's first words, enough to tell which it is."""
+    words = query.replace("`", "").split()
+    return " ".join(words[:6]) + (" ..." if len(words) > 6 else "")
 
 
 def _held(ld: dict[str, Any]) -> str:
