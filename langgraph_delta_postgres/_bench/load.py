@@ -787,7 +787,7 @@ def run_load(admin_dsn: str, scale_name: str, log: Callable[[str], None]) -> dic
                     for mode in MODES:
                         order = list(SAVERS) if (rep + li) % 2 == 0 else list(SAVERS)[::-1]
                         entry = levels[mode].setdefault(str(n), {"runs": []})
-                        pair: dict[str, Any] = {"order": order}
+                        pair: dict[str, Any] = {"order": order, "loadavg": _loadavg()}
                         prefix = f"{mode[0]}{n}r{rep}"
                         for name in order:
                             db = dbs[name]
@@ -821,6 +821,14 @@ def run_load(admin_dsn: str, scale_name: str, log: Callable[[str], None]) -> dic
     finally:
         server.close()
     return out
+
+
+def _loadavg() -> float | None:
+    """The machine's 1-minute load average (None where the OS does not say)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
 
 
 def _line(mode: str, n: int, rep: int, pair: dict[str, Any]) -> str:
@@ -933,7 +941,12 @@ def markdown(res: dict[str, Any], img_rel: str = "img") -> list[str]:
         f"Database time: {m['db_time'] or 'pg_stat_statements not available'}; backend CPU: "
         f"{m['backend_cpu'] or 'not available (server not on this machine)'}; bytes: "
         f"{m['bytes']}. Final states of both savers equal: "
-        f"{'yes' if ld.get('states_equal') else 'NO'}.", "",
+        f"{'yes' if ld.get('states_equal') else 'NO'}.{_load_note(ld)}", "",
+        "Database execution time is wall-clock time inside the statements: besides the "
+        "work it holds every wait inside a statement (locks, sending rows to a client that "
+        "is not reading), and on a machine whose cores are all busy it stretches with the "
+        "CPU a statement needs, more for the saver whose statements need more (compare "
+        "the backend CPU columns, which count only the work).", "",
         "| mode | sessions | turns/s ours | turns/s official | ours/official (>= 1.0; 1.5 at 64) "
         "| db exec ms/turn ours | official | official/ours (>= 3) | backend CPU ms/turn ours "
         "| official | official/ours | shared blks/turn ours | official | turn p50 ms ours "
@@ -1042,6 +1055,16 @@ def _short(query: str) -> str:
     """A statement's first words, enough to tell which it is."""
     words = query.replace("`", "").split()
     return " ".join(words[:6]) + (" ..." if len(words) > 6 else "")
+
+
+def _load_note(ld: dict[str, Any]) -> str:
+    """The machine's load average when the pairs started, if the run recorded it."""
+    xs = [p["loadavg"] for lv in ld["levels"].values() for e in lv.values()
+          for p in e["runs"] if p.get("loadavg") is not None]
+    if not xs:
+        return ""
+    return (f" Load average (1 min) of the machine when each pair started: "
+            f"{min(xs):.1f} to {max(xs):.1f}.")
 
 
 def _held(ld: dict[str, Any]) -> str:
