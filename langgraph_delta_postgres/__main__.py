@@ -2,4 +2,5 @@ from __future__ import annotations
 
 from .cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # not again in a process that multiprocessing spawns
+    raise SystemExit(main())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, nullcontext, suppress
 from datetime import datetime
 from typing import Any, cast
@@ -185,9 +185,12 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
         self.conn = conn
         self.pipe = pipe
         self.lock = asyncio.Lock()
-        # puts in flight per (thread, namespace), and an event set when the last returns:
-        # aput_writes waits for them (see _ops.write.namespace_key)
-        self._puts: dict[tuple[str, str], tuple[int, asyncio.Event]] = {}
+        # puts in flight and put_writes running, per (thread, namespace): aput_writes
+        # waits for both, aput for the put_writes (see _ops.write.namespace_key); an event per
+        # namespace that someone waits on, set when one of them returns
+        self._puts: dict[tuple[str, str], int] = {}
+        self._writes: dict[tuple[str, str], int] = {}
+        self._returned: dict[tuple[str, str], asyncio.Event] = {}
         self._init_core(schema, cache_bytes)
         try:
             self._bound_loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -296,17 +299,13 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         key = namespace_key(config)
-        n, done = self._puts.get(key) or (0, asyncio.Event())
-        self._puts[key] = (n + 1, done)
+        self._puts[key] = self._puts.get(key, 0) + 1  # aput_writes arriving now wait
         try:
+            # after this saver's put_writes running there (namespace_key)
+            await self._order_wait(key, lambda: key not in self._writes)
             return await self._run(_op_put(self, config, checkpoint, metadata, new_versions))
         finally:
-            n, done = self._puts[key]
-            if n > 1:
-                self._puts[key] = (n - 1, done)
-            else:
-                del self._puts[key]
-                done.set()
+            self._leave(self._puts, key)
 
     async def aput_writes(
         self,
@@ -315,10 +314,33 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        if (inflight := self._puts.get(namespace_key(config))) is not None:
-            with suppress(TimeoutError):  # after this saver's puts in flight there
-                await asyncio.wait_for(inflight[1].wait(), PUT_ORDER_WAIT_S)
-        await self._run(_op_put_writes(self, config, writes, task_id, task_path))
+        key = namespace_key(config)
+        # after this saver's puts and put_writes there (namespace_key)
+        await self._order_wait(key, lambda: key not in self._puts and key not in self._writes)
+        self._writes[key] = self._writes.get(key, 0) + 1
+        try:
+            await self._run(_op_put_writes(self, config, writes, task_id, task_path))
+        finally:
+            self._leave(self._writes, key)
+
+    async def _order_wait(self, key: tuple[str, str], ready: Callable[[], bool]) -> None:
+        """Until ``ready()`` (checked each time a put or put_writes on ``key`` returns),
+        at most PUT_ORDER_WAIT_S."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + PUT_ORDER_WAIT_S
+        while not ready() and (left := deadline - loop.time()) > 0:
+            returned = self._returned.setdefault(key, asyncio.Event())
+            with suppress(TimeoutError):
+                await asyncio.wait_for(returned.wait(), left)
+
+    def _leave(self, running: dict[tuple[str, str], int], key: tuple[str, str]) -> None:
+        """One fewer put or put_writes running on ``key``: wake whoever waits there."""
+        if (n := running[key] - 1) > 0:
+            running[key] = n
+        else:
+            del running[key]
+        if (returned := self._returned.pop(key, None)) is not None:
+            returned.set()
 
     async def adelete_thread(self, thread_id: str) -> None:
         await self._run(_op_delete_thread(self, thread_id))

@@ -87,8 +87,10 @@ class DeltaPostgresSaver(SaverCore):
         self.conn = conn
         self.pipe = pipe
         self.lock = threading.Lock()
-        # puts in flight per (thread, namespace): put_writes waits for them
+        # puts in flight and put_writes running, per (thread, namespace): a put_writes
+        # waits for both, a put for the put_writes (see _ops.write.namespace_key)
         self._puts: dict[tuple[str, str], int] = {}
+        self._writes: dict[tuple[str, str], int] = {}
         self._puts_done = threading.Condition()
         self._init_core(schema, cache_bytes)
 
@@ -194,16 +196,15 @@ class DeltaPostgresSaver(SaverCore):
     ) -> RunnableConfig:
         key = namespace_key(config)
         with self._puts_done:
-            self._puts[key] = self._puts.get(key, 0) + 1
+            self._puts[key] = self._puts.get(key, 0) + 1  # put_writes arriving now wait
+            # after this saver's put_writes running there (namespace_key)
+            self._puts_done.wait_for(lambda: key not in self._writes, timeout=PUT_ORDER_WAIT_S)
         try:
             return self._run(_op_put(self, config, checkpoint, metadata, new_versions))
         finally:
             with self._puts_done:
-                if (n := self._puts[key] - 1) > 0:
-                    self._puts[key] = n
-                else:
-                    del self._puts[key]
-                    self._puts_done.notify_all()
+                _leave(self._puts, key)
+                self._puts_done.notify_all()
 
     def put_writes(
         self,
@@ -213,9 +214,18 @@ class DeltaPostgresSaver(SaverCore):
         task_path: str = "",
     ) -> None:
         key = namespace_key(config)
-        with self._puts_done:  # after this saver's puts in flight there (namespace_key)
-            self._puts_done.wait_for(lambda: key not in self._puts, timeout=PUT_ORDER_WAIT_S)
-        self._run(_op_put_writes(self, config, writes, task_id, task_path))
+        with self._puts_done:  # after this saver's puts and put_writes there (namespace_key)
+            self._puts_done.wait_for(
+                lambda: key not in self._puts and key not in self._writes,
+                timeout=PUT_ORDER_WAIT_S,
+            )
+            self._writes[key] = self._writes.get(key, 0) + 1
+        try:
+            self._run(_op_put_writes(self, config, writes, task_id, task_path))
+        finally:
+            with self._puts_done:
+                _leave(self._writes, key)
+                self._puts_done.notify_all()
 
     def delete_thread(self, thread_id: str) -> None:
         self._run(_op_delete_thread(self, thread_id))
@@ -284,3 +294,11 @@ class DeltaPostgresSaver(SaverCore):
         if not (wanted := wanted_channels(channels)):
             return {}
         return self._run(_op_delta_history(self, config, wanted))
+
+
+def _leave(running: dict[tuple[str, str], int], key: tuple[str, str]) -> None:
+    """One fewer call running on ``key``."""
+    if (n := running[key] - 1) > 0:
+        running[key] = n
+    else:
+        del running[key]

@@ -25,7 +25,7 @@ from .base import _PREFETCH, Op, Stmt, _configurable, _ns, _thread_id
 if TYPE_CHECKING:
     from .context import SaverCore
 
-#: How long a ``put_writes`` waits for this saver's ``put`` calls in flight on the same
+#: How long a ``put_writes`` (a ``put``) waits for this saver's calls running on the same
 #: thread and namespace before it runs anyway (see :func:`namespace_key`).
 PUT_ORDER_WAIT_S = 10.0
 
@@ -197,7 +197,8 @@ def _put_writes(
 
 def namespace_key(config: RunnableConfig) -> tuple[str, str]:
     """The (thread, namespace) a put / put_writes goes to, for the savers' ordering of
-    writes after the puts they have in flight there.
+    their own calls there: a put_writes after the puts and put_writes running there, a
+    put after the put_writes.
 
     Under ``durability="async"`` LangGraph's tasks write to their checkpoint while the
     checkpoint's put, or its parent's, is still running on another thread or task. Run
@@ -208,7 +209,13 @@ def namespace_key(config: RunnableConfig) -> tuple[str, str]:
     whole chain again (``write.insert_writes``). Waiting here instead, until the puts
     this saver has in flight there have returned, the write starts after their commit:
     it sees what they stored, holds no connection while it waits, and is late only when
-    it really is. The database decides as before whatever the order; this only spares
-    the needless bumps (see the ``load`` section of ``langgraph-delta-pg bench``)."""
+    it really is. Likewise every put_writes locks that row until its commit (so does a
+    put): two of them at once, LangGraph's parallel tasks finishing together, or a put
+    and a put_writes, make the second wait in the database for the first one's commit
+    (WAL flush), which was most of our statement time under concurrent sessions; run
+    one after the other, neither holds a connection while it waits. The database
+    decides as before whatever the order (other savers, other processes); this only
+    spares the needless bumps and waits (see the ``load`` section of
+    ``langgraph-delta-pg bench``)."""
     conf = config.get("configurable") or {}
     return (str(conf.get("thread_id")), str(conf.get("checkpoint_ns") or ""))

@@ -4,13 +4,15 @@ Each session is an agent conversation on its own thread: per turn, ``invoke`` of
 workload's real graph (two ``DeltaChannel`` fields) with a user input, then
 ``get_state``; on one turn in ``HISTORY_EVERY`` (staggered across sessions) also a
 ``get_state_history(limit=10)`` page, as a UI polling the thread would. Sessions start on
-threads that already hold ``prior`` turns (copies, made in SQL, of a template thread that
-saver wrote through the same graph), so every read reconstructs a real history.
+threads that already hold ``prior`` (+ a ``stagger`` offset) turns (copies, made in SQL, of
+template threads that saver wrote through the same graph), so every read reconstructs a
+real history; each runs ``SESSION_WARM_TURNS`` untimed turns before the clock starts.
+The sessions run in up to ``CLIENT_PROCS`` client processes (``run_procs``).
 
 Two modes, each at every concurrency of the scale (1, 4, 16, 64 sessions):
 
-* ``asyncio``: one event loop, ``ainvoke`` / ``aget_state`` on an ``AsyncConnectionPool``,
-  ``AsyncDeltaPostgresSaver`` against the official ``AsyncPostgresSaver``;
+* ``asyncio``: an event loop per client process, ``ainvoke`` / ``aget_state`` on an
+  ``AsyncConnectionPool``, ``AsyncDeltaPostgresSaver`` against the official ``AsyncPostgresSaver``;
 * ``threads``: one thread per session, ``invoke`` / ``get_state`` on a ``ConnectionPool``,
   ``DeltaPostgresSaver`` against the official ``PostgresSaver``.
 
@@ -54,7 +56,16 @@ from langgraph_delta_postgres.bench.workloads import build_graph, run_turns, use
 HISTORY_EVERY = 10
 PAGE = 10
 POOL_CAP = 32
+#: Client processes at most per run: the sessions (and the pool's connections) are split
+#: among them, so one saturated Python process does not leave the server waiting to send
+#: (``ClientWrite``) inside both savers' statements. 1: every session in this process.
+CLIENT_PROCS = 4
 WARM_TURNS = 6  # per pool connection, before the clock starts (> the prepare threshold)
+#: Untimed turns of every session on its own thread before the clock starts: the process
+#: has served the conversation before, as a running server has (a saver's first read of
+#: a thread, a fixed cost per session, would otherwise weigh 40 turns at 1 session and
+#: 6 at 64; the cold read is the loads section's subject).
+SESSION_WARM_TURNS = 1
 MODES = ("asyncio", "threads")
 SAVERS = ("ours", "official")
 
@@ -64,15 +75,26 @@ class LoadScale:
     sessions: tuple[int, ...]
     turns: dict[int, int]  # sessions -> turns per session
     reps: int
-    prior: int  # turns already on every session's thread
+    prior: int  # turns already on every session's thread (the fewest: see stagger)
     workload: str = "coding_a"
     meter_turns: int = 10
+    client_procs: int = CLIENT_PROCS
+    #: Session i starts on a thread holding prior + stagger[i % len(stagger)] turns. A
+    #: DeltaChannel writes its _DeltaSnapshot every 100 updates (about 30 coding_a
+    #: turns); had every session started on copies of one thread, every session would
+    #: write one in the same turn of its run, once per 40 turns at 1 session but once
+    #: per 6 at 64 (a fixed cost per session, spread over fewer turns). Starting points
+    #: spread over one such cycle put the snapshots where a real thread has them.
+    stagger: tuple[int, ...] = (0,)
 
 
 SCALES = {
-    "full": LoadScale((1, 4, 16, 64), {1: 40, 4: 20, 16: 10, 64: 6}, reps=2, prior=30),
-    "quick": LoadScale((1, 4, 16), {1: 20, 4: 10, 16: 5}, reps=2, prior=20),
-    "tiny": LoadScale((1, 4), {1: 4, 4: 3}, reps=1, prior=5, meter_turns=3),
+    "full": LoadScale((1, 4, 16, 64), {1: 40, 4: 20, 16: 10, 64: 6}, reps=2, prior=30,
+                      stagger=(0, 5, 10, 15, 20, 25)),
+    "quick": LoadScale((1, 4, 16), {1: 20, 4: 10, 16: 5}, reps=2, prior=20,
+                       stagger=(0, 10, 20)),
+    "tiny": LoadScale((1, 4), {1: 4, 4: 3}, reps=1, prior=5, meter_turns=3, client_procs=2,
+                      stagger=(0, 2)),
 }
 
 
@@ -282,9 +304,14 @@ class RunSpec:
     prior: int
     workload: str
     prefix: str
+    stagger: tuple[int, ...] = (0,)
 
     def thread(self, i: int) -> str:
         return f"{self.prefix}-{i:03}"
+
+    def prior_of(self, i: int) -> int:
+        """Turns on session ``i``'s thread when it starts."""
+        return self.prior + self.stagger[i % len(self.stagger)]
 
 
 @dataclass
@@ -298,7 +325,7 @@ def _session_sync(g: Any, spec: RunSpec, i: int, out: Timings) -> None:
     cfg = _cfg(spec.thread(i))
     for k in range(spec.turns):
         t0 = time.perf_counter()
-        g.invoke(user_input(spec.workload, spec.prior + k), cfg)
+        g.invoke(user_input(spec.workload, spec.prior_of(i) + SESSION_WARM_TURNS + k), cfg)
         g.get_state(cfg)
         out.turns.append(time.perf_counter() - t0)
         if _pages_at(i, k):
@@ -311,13 +338,39 @@ async def _session_async(g: Any, spec: RunSpec, i: int, out: Timings) -> None:
     cfg = _cfg(spec.thread(i))
     for k in range(spec.turns):
         t0 = time.perf_counter()
-        await g.ainvoke(user_input(spec.workload, spec.prior + k), cfg)
+        await g.ainvoke(user_input(spec.workload, spec.prior_of(i) + SESSION_WARM_TURNS + k), cfg)
         await g.aget_state(cfg)
         out.turns.append(time.perf_counter() - t0)
         if _pages_at(i, k):
             t0 = time.perf_counter()
             [s.values async for s in g.aget_state_history(cfg, limit=PAGE)]
             out.pages.append(time.perf_counter() - t0)
+
+
+def _first_turns_sync(g: Any, spec: RunSpec, sessions: list[int]) -> None:
+    """SESSION_WARM_TURNS untimed turns of each of ``sessions``, all at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(i: int) -> None:
+        for k in range(SESSION_WARM_TURNS):
+            g.invoke(user_input(spec.workload, spec.prior_of(i) + k), _cfg(spec.thread(i)))
+            g.get_state(_cfg(spec.thread(i)))
+
+    with ThreadPoolExecutor(len(sessions)) as ex:
+        for f in [ex.submit(one, i) for i in sessions]:
+            f.result()
+
+
+async def _first_turns_async(g: Any, spec: RunSpec, sessions: list[int]) -> None:
+    """:func:`_first_turns_sync` on the event loop."""
+
+    async def one(i: int) -> None:
+        for k in range(SESSION_WARM_TURNS):
+            await g.ainvoke(user_input(spec.workload, spec.prior_of(i) + k),
+                            _cfg(spec.thread(i)))
+            await g.aget_state(_cfg(spec.thread(i)))
+
+    await asyncio.gather(*(one(i) for i in sessions))
 
 
 def _warm_sync(conn: Any, spec: RunSpec, i: int) -> None:
@@ -397,6 +450,7 @@ def run_threads(server: Server, spec: RunSpec) -> dict[str, Any]:
             for i, c in enumerate(conns):
                 _warm_sync(c, spec, i)
         g = build_graph(spec.workload, _sync_saver(spec.saver, pool))
+        _first_turns_sync(g, spec, list(range(spec.sessions)))
 
         def go() -> Timings:
             tm = Timings([], [], 0.0)
@@ -429,6 +483,7 @@ def run_asyncio(server: Server, spec: RunSpec) -> dict[str, Any]:
                 for i, c in enumerate(conns):
                     await _warm_async(c, spec, i)
             g = build_graph(spec.workload, _async_saver(spec.saver, pool))
+            await _first_turns_async(g, spec, list(range(spec.sessions)))
             box: dict[str, Any] = {}
 
             async def sessions() -> Timings:
@@ -453,6 +508,126 @@ def run_asyncio(server: Server, spec: RunSpec) -> dict[str, Any]:
     return asyncio.run(main())
 
 
+def run_procs(server: Server, spec: RunSpec, procs: int) -> dict[str, Any]:
+    """The sessions split among ``procs`` client processes (round robin), each with its
+    share of the ``min(N, POOL_CAP)`` connections, warmed as in one process; the clock
+    runs from the first process's start to the last one's end, and the meters are read
+    around all of them (the pools stay open until then)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")  # no fork of a process that holds connections
+    size = min(spec.sessions, POOL_CAP)
+    parts = [list(range(p, spec.sessions, procs)) for p in range(procs)]
+    sizes = [size // procs + (p < size % procs) for p in range(procs)]
+    children: list[tuple[Any, Any]] = []
+    try:
+        for p in range(procs):
+            here, there = ctx.Pipe()
+            proc = ctx.Process(target=_client_proc, daemon=True, name=f"lgdp-load-client-{p}",
+                               args=(spec, parts[p], sizes[p], sum(sizes[:p]), there))
+            proc.start()
+            children.append((proc, here))
+        pids = [pid for _, pipe in children for pid in _recv(pipe)]
+
+        def go() -> Timings:
+            for _, pipe in children:
+                pipe.send("go")
+            outs = [_recv(pipe) for _, pipe in children]
+            return Timings([t for o in outs for t in o[0]], [t for o in outs for t in o[1]],
+                           max(o[3] for o in outs) - min(o[2] for o in outs))
+
+        res = _measured(server, spec, pids, go)
+    finally:
+        for _, pipe in children:
+            with contextlib.suppress(OSError):
+                pipe.send("close")
+        for proc, _ in children:
+            proc.join(timeout=60)
+            if proc.is_alive():
+                proc.terminate()
+    res["pool_size"] = size
+    res["client_procs"] = procs
+    return res
+
+
+def _recv(pipe: Any) -> Any:
+    msg = pipe.recv()
+    if isinstance(msg, tuple) and msg and msg[0] == "error":
+        raise RuntimeError(f"load client process failed:\n{msg[1]}")
+    return msg
+
+
+def _client_proc(spec: RunSpec, sessions: list[int], size: int, warm0: int, pipe: Any) -> None:
+    """One client process of :func:`run_procs`: sends its backends' pids once warm, runs
+    its sessions on "go", sends (turn times, page times, start, end), and closes its
+    pool on "close"."""
+    import traceback
+
+    try:
+        if spec.mode == "threads":
+            _client_threads(spec, sessions, size, warm0, pipe)
+        else:
+            asyncio.run(_client_async(spec, sessions, size, warm0, pipe))
+    except BaseException:
+        pipe.send(("error", traceback.format_exc()))
+        raise
+
+
+def _client_threads(spec: RunSpec, sessions: list[int], size: int, warm0: int,
+                    pipe: Any) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from psycopg_pool import ConnectionPool
+
+    with ConnectionPool(spec.dsn, min_size=size, max_size=size,
+                        kwargs=_pool_kwargs(spec.saver, spec.dsn), open=True) as pool:
+        pool.wait(timeout=60)
+        with contextlib.ExitStack() as held:
+            conns = [held.enter_context(pool.connection()) for _ in range(size)]
+            pids = [c.info.backend_pid for c in conns]
+            for j, c in enumerate(conns):
+                _warm_sync(c, spec, warm0 + j)
+        g = build_graph(spec.workload, _sync_saver(spec.saver, pool))
+        _first_turns_sync(g, spec, sessions)
+        pipe.send(pids)
+        pipe.recv()
+        tm = Timings([], [], 0.0)
+        with ThreadPoolExecutor(len(sessions)) as ex:
+            t0 = time.monotonic()
+            futs = [ex.submit(_session_sync, g, spec, i, tm) for i in sessions]
+            for f in futs:
+                f.result()
+            t1 = time.monotonic()
+        pipe.send((tm.turns, tm.pages, t0, t1))
+        pipe.recv()
+
+
+async def _client_async(spec: RunSpec, sessions: list[int], size: int, warm0: int,
+                        pipe: Any) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    loop = asyncio.get_running_loop()
+    async with AsyncConnectionPool(spec.dsn, min_size=size, max_size=size,
+                                   kwargs=_pool_kwargs(spec.saver, spec.dsn),
+                                   open=False) as pool:
+        await pool.wait(timeout=60)
+        async with contextlib.AsyncExitStack() as held:
+            conns = [await held.enter_async_context(pool.connection()) for _ in range(size)]
+            pids = [c.info.backend_pid for c in conns]
+            for j, c in enumerate(conns):
+                await _warm_async(c, spec, warm0 + j)
+        g = build_graph(spec.workload, _async_saver(spec.saver, pool))
+        await _first_turns_async(g, spec, sessions)
+        pipe.send(pids)
+        await loop.run_in_executor(None, pipe.recv)
+        tm = Timings([], [], 0.0)
+        t0 = time.monotonic()
+        await asyncio.gather(*(_session_async(g, spec, i, tm) for i in sessions))
+        t1 = time.monotonic()
+        pipe.send((tm.turns, tm.pages, t0, t1))
+        await loop.run_in_executor(None, pipe.recv)
+
+
 # ---------------------------------------------------------------- setup and bytes
 
 
@@ -465,18 +640,30 @@ class SaverDb:
 
 
 def _setup(saver: str, dsn: str, server: Server, ls: LoadScale) -> SaverDb:
-    """The saver's tables in its own database and its template thread (``prior`` turns,
-    written by that saver through the workload's graph)."""
+    """The saver's tables in its own database and its template threads (``prior`` turns,
+    written by that saver through the workload's graph, and one per ``stagger`` offset: a
+    copy of the previous one with the turns in between added)."""
     with psycopg.connect(dsn, **_pool_kwargs(saver, dsn)) as conn:
         s = _sync_saver(saver, conn)
         s.setup()
         g = build_graph(ls.workload, s)
         run_turns(g, ls.workload, "template", ls.prior)
+        done = 0
+        for off in sorted(set(ls.stagger) - {0}):
+            with psycopg.connect(dsn, autocommit=True) as c:
+                clone_threads(c, _template(done), [_template(off)])
+            run_turns(g, ls.workload, _template(off), off - done, start=ls.prior + done)
+            done = off
     with psycopg.connect(dsn, autocommit=True) as conn:
         from .common import freeze_autovacuum
 
         freeze_autovacuum(conn)
     return SaverDb(saver, dsn, server.dbid(dsn), "template")
+
+
+def _template(offset: int) -> str:
+    """The template thread holding ``prior + offset`` turns."""
+    return "template" if offset == 0 else f"template+{offset}"
 
 
 def _bytes_per_turn(db: SaverDb, ls: LoadScale, mode: str) -> dict[str, Any]:
@@ -561,8 +748,11 @@ def run_load(admin_dsn: str, scale_name: str, log: Callable[[str], None]) -> dic
     out: dict[str, Any] = {
         "workload": ls.workload, "sessions": list(ls.sessions),
         "turns_per_session": {str(k): v for k, v in ls.turns.items()}, "reps": ls.reps,
-        "prior_turns": ls.prior, "history_every": HISTORY_EVERY, "page": PAGE,
+        "prior_turns": ls.prior, "stagger": list(ls.stagger),
+        "history_every": HISTORY_EVERY, "page": PAGE,
         "pool_cap": POOL_CAP, "max_connections": server.max_connections,
+        "session_warm_turns": SESSION_WARM_TURNS,
+        "client_procs": ls.client_procs,
         "measures": {
             "db_time": "pg_stat_statements total_exec_time" if server.pgss else None,
             "backend_cpu": "utime+stime of the pool's backends (/proc)" if server.proc else None,
@@ -597,18 +787,27 @@ def run_load(admin_dsn: str, scale_name: str, log: Callable[[str], None]) -> dic
                     for mode in MODES:
                         order = list(SAVERS) if (rep + li) % 2 == 0 else list(SAVERS)[::-1]
                         entry = levels[mode].setdefault(str(n), {"runs": []})
-                        pair: dict[str, Any] = {"order": order}
+                        pair: dict[str, Any] = {"order": order, "loadavg": _loadavg()}
                         prefix = f"{mode[0]}{n}r{rep}"
                         for name in order:
                             db = dbs[name]
                             spec = RunSpec(mode, name, db.dsn, db.dbid, n, ls.turns[n],
-                                           ls.prior, ls.workload, prefix)
-                            ids = [spec.thread(i) for i in range(n)]
-                            ids += [f"{prefix}-warm-{i:03}" for i in range(min(n, POOL_CAP))]
+                                           ls.prior, ls.workload, prefix, ls.stagger)
+                            ids = {off: [spec.thread(i) for i in range(n)
+                                         if spec.prior_of(i) == ls.prior + off]
+                                   for off in set(ls.stagger)}
+                            ids[0] += [f"{prefix}-warm-{i:03}" for i in range(min(n, POOL_CAP))]
                             with psycopg.connect(db.dsn, autocommit=True) as c:
-                                clone_threads(c, db.template, ids)
-                            run = run_asyncio if mode == "asyncio" else run_threads
-                            pair[name] = run(server, spec)
+                                for off, some in ids.items():
+                                    if some:
+                                        clone_threads(c, _template(off), some)
+                            procs = min(n, ls.client_procs)
+                            if procs > 1:
+                                pair[name] = run_procs(server, spec, procs)
+                            else:
+                                run = run_asyncio if mode == "asyncio" else run_threads
+                                pair[name] = run(server, spec)
+                                pair[name]["client_procs"] = 1
                         if rep == 0:
                             checked += [f"{prefix}-{i:03}" for i in range(n)]
                         entry["runs"].append(pair)
@@ -622,6 +821,14 @@ def run_load(admin_dsn: str, scale_name: str, log: Callable[[str], None]) -> dic
     finally:
         server.close()
     return out
+
+
+def _loadavg() -> float | None:
+    """The machine's 1-minute load average (None where the OS does not say)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
 
 
 def _line(mode: str, n: int, rep: int, pair: dict[str, Any]) -> str:
@@ -714,17 +921,32 @@ def markdown(res: dict[str, Any], img_rel: str = "img") -> list[str]:
         "## Load: how many agents one Postgres serves", "",
         "Measured by `langgraph-delta-pg bench` (its load section; alone: `--only load`). "
         f"N concurrent sessions, each on its own `{ld['workload']}` thread holding "
-        f"{ld['prior_turns']} turns: per turn `invoke` + `get_state`, and on one turn in "
+        f"{_held(ld)} turns: per turn `invoke` + `get_state`, and on one turn in "
         f"{ld['history_every']} a `get_state_history(limit={ld['page']})` page. Ours and the "
         "official saver each in their own scratch database on the same server, on rows they "
         f"wrote; pools of min(N, {ld['pool_cap']}) connections (server max_connections "
         f"{ld['max_connections']}); {ld['reps']} repetition(s), the order alternating; "
         "values are medians over repetitions, ratios pair by pair. Per turn, a history page "
         "counts in the turn that asked for it; turn latency is `invoke` + `get_state`.", "",
+        f"The sessions run in min(N, {ld.get('client_procs', 1)}) client processes (each "
+        "with its share of the pool), so that one saturated Python process does not leave "
+        "the server waiting to send (`ClientWrite`) inside both savers' statements. Before "
+        f"the clock starts each session runs {ld.get('session_warm_turns', 0)} untimed "
+        "turn(s) on its thread, as a server that has been serving the conversation has (a "
+        "saver's first read of a thread is a fixed cost per session, which would weigh 40 "
+        "turns at 1 session and 6 at 64). The threads' lengths are spread over "
+        f"{len(ld.get('stagger', [0]))} starting points, so DeltaChannel snapshots "
+        "(every 100 updates, about 30 turns) fall where a real thread has them rather than "
+        "in every session's first turn.", "",
         f"Database time: {m['db_time'] or 'pg_stat_statements not available'}; backend CPU: "
         f"{m['backend_cpu'] or 'not available (server not on this machine)'}; bytes: "
         f"{m['bytes']}. Final states of both savers equal: "
-        f"{'yes' if ld.get('states_equal') else 'NO'}.", "",
+        f"{'yes' if ld.get('states_equal') else 'NO'}.{_load_note(ld)}", "",
+        "Database execution time is wall-clock time inside the statements: besides the "
+        "work it holds every wait inside a statement (locks, sending rows to a client that "
+        "is not reading), and on a machine whose cores are all busy it stretches with the "
+        "CPU a statement needs, more for the saver whose statements need more (compare "
+        "the backend CPU columns, which count only the work).", "",
         "| mode | sessions | turns/s ours | turns/s official | ours/official (>= 1.0; 1.5 at 64) "
         "| db exec ms/turn ours | official | official/ours (>= 3) | backend CPU ms/turn ours "
         "| official | official/ours | shared blks/turn ours | official | turn p50 ms ours "
@@ -756,8 +978,100 @@ def markdown(res: dict[str, Any], img_rel: str = "img") -> list[str]:
         for name, b in per.items():
             L.append(f"| {mode} | {name} | {b['sent_bytes_per_turn']:,.0f} "
                      f"| {b['received_bytes_per_turn']:,.0f} | {b['round_trips_per_turn']:.1f} |")
+    L += ["", *_targets(ld), "", *_where_time_goes(ld)]
     L += ["", f"![load]({img_rel}/load.png)", ""]
     return L
+
+
+def _targets(ld: dict[str, Any]) -> list[str]:
+    """Which of issue 22's load targets this run meets (pair medians, every level)."""
+    rows = [(mode, int(n), e["summary"]) for mode, levels in ld["levels"].items()
+            for n, e in levels.items()]
+    top = max(n for _, n, _ in rows)
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "**not met**"
+
+    thr = [s["throughput_ours_over_official"] for _, _, s in rows]
+    at_top = [s["throughput_ours_over_official"] for _, n, s in rows if n == top]
+    p99 = [s["p99_ours_over_official"] for _, _, s in rows]
+    thr_ok = min(thr) >= TARGETS["throughput"] and min(at_top) >= TARGETS["throughput_at_64"]
+    L = [
+        "Targets (issue 22), on the pair medians above:", "",
+        "| target | this run | verdict |", "|---|---|---|",
+        f"| throughput ours/official >= {TARGETS['throughput']} at every level, "
+        f">= {TARGETS['throughput_at_64']} at {top} | {_f(min(thr))}x lowest; "
+        f"{_f(min(at_top))}x lowest at {top} | "
+        f"{verdict(thr_ok)} |",
+        f"| turn p99 ours <= official at every level | ours/official {_f(max(p99))} highest "
+        f"| {verdict(max(p99) <= 1.0)} |",
+    ]
+    if ld["measures"]["db_time"]:
+        ex = [s["exec_official_over_ours"] for _, _, s in rows]
+        L.append(
+            f"| database execution time official/ours >= {TARGETS['db_official_over_ours']} "
+            f"at every level | {_f(min(ex))}x lowest, {_f(max(ex))}x highest "
+            f"| {verdict(min(ex) >= TARGETS['db_official_over_ours'])} |"
+        )
+    return L
+
+
+def _where_time_goes(ld: dict[str, Any], levels: tuple[int, ...] = (16, 64)) -> list[str]:
+    """Per saver at the top levels (first repetition): the statements that took the most
+    execution time and what the pool's backends were doing when sampled."""
+    L = [
+        "Where the statement time goes (first repetition; ms and calls per turn of the "
+        "three statements that took the most execution time; the mean number of the "
+        "pool's backends in each state, sampled from `pg_stat_activity` every 50 ms):", "",
+        "| mode | sessions | saver | top statements: ms/turn (calls/turn) | backends sampled |",
+        "|---|---|---|---|---|",
+    ]
+    any_row = False
+    for mode, lv in ld["levels"].items():
+        for n in levels:
+            e = lv.get(str(n))
+            if not e or not e["runs"]:
+                continue
+            pair = e["runs"][0]
+            for who in SAVERS:
+                r = pair[who]
+                st = r.get("statements")
+                if st is None:
+                    continue
+                any_row = True
+                top = "; ".join(
+                    f"`{_short(q['query'])}` {q['exec_ms'] / r['turns']:.2f} "
+                    f"({q['calls'] / r['turns']:.1f})"
+                    for q in st["top"][:3]
+                )
+                waits = ", ".join(
+                    f"{k} {v:.2f}" for k, v in list(r["waits"]["per_sample"].items())[:4]
+                )
+                L.append(f"| {mode} | {n} | {who} | {top} | {waits} |")
+    return L if any_row else []
+
+
+def _short(query: str) -> str:
+    """A statement's first words, enough to tell which it is."""
+    words = query.replace("`", "").split()
+    return " ".join(words[:6]) + (" ..." if len(words) > 6 else "")
+
+
+def _load_note(ld: dict[str, Any]) -> str:
+    """The machine's load average when the pairs started, if the run recorded it."""
+    xs = [p["loadavg"] for lv in ld["levels"].values() for e in lv.values()
+          for p in e["runs"] if p.get("loadavg") is not None]
+    if not xs:
+        return ""
+    return (f" Load average (1 min) of the machine when each pair started: "
+            f"{min(xs):.1f} to {max(xs):.1f}.")
+
+
+def _held(ld: dict[str, Any]) -> str:
+    """How many turns the sessions' threads hold when they start."""
+    offs = ld.get("stagger") or [0]
+    lo, hi = ld["prior_turns"] + min(offs), ld["prior_turns"] + max(offs)
+    return str(lo) if lo == hi else f"{lo} to {hi}"
 
 
 def plot(res: dict[str, Any], img: Any) -> list[Any]:

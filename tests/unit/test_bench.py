@@ -125,6 +125,7 @@ def test_only_load(pg_server: PgServer, tmp_path: Path) -> None:
     # both savers ended every session on the same state
     assert ld["states_equal"] is True
     assert ld["max_connections"] > 0
+    assert ld["stagger"] == [0, 2] and ld["session_warm_turns"] == 1
     assert set(ld["levels"]) == {"asyncio", "threads"}
     for mode, levels in ld["levels"].items():
         assert set(levels) == {"1", "4"}
@@ -137,6 +138,8 @@ def test_only_load(pg_server: PgServer, tmp_path: Path) -> None:
                     assert r["turns"] == int(n) * ld["turns_per_session"][n]
                     assert r["turns_per_s"] > 0 and r["turn_ms"]["n"] == r["turns"]
                     assert r["pool_size"] == int(n)
+                    # the sessions ran in min(N, client_procs) client processes
+                    assert r["client_procs"] == min(int(n), ld["client_procs"]) == min(int(n), 2)
                     if ld["measures"]["db_time"]:
                         assert r["statements"]["calls"] > 0 and r["exec_ms_per_turn"] > 0
                     if ld["measures"]["backend_cpu"]:
