@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -261,13 +262,48 @@ def standby_of(primary_dsn: str) -> Iterator[Standby]:
     user = conninfo_to_dict(primary_dsn).get("user")
     sb.dsn = make_conninfo(host=str(directory), port=plan.port, dbname="postgres",
                            **({"user": user} if user else {}))
+    # A replication slot of its own, made before the backup starts: the primary keeps
+    # the WAL the standby has not received yet (without one, a checkpoint on a busy
+    # primary removed a segment the backup still had to stream, and a standby stopped
+    # for a test could not catch up after its restart). Dropped on exit; slots left by a
+    # process that died are dropped by the next start (see _drop_stale_slots).
+    slot = f"{SLOT_PREFIX}{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    _drop_stale_slots(primary_dsn)
     guard = _watchdog.guard(sb.data, remove=False)
     try:
         sb._cmd(str(plan.bindir / "pg_basebackup"), "-d", primary_dsn, "-D", str(sb.data),
-                "-R", "-X", "stream", "-c", "fast", "--no-sync", timeout=600)
+                "-R", "-X", "stream", "-C", "-S", slot, "-c", "fast", "--no-sync",
+                timeout=600)
         sb.start()
         yield sb
     finally:
         sb.stop()
+        with contextlib.suppress(psycopg.Error), psycopg.connect(
+            primary_dsn, autocommit=True, connect_timeout=10
+        ) as conn:
+            conn.execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                "WHERE slot_name = %s AND NOT active", (slot,)
+            )
         shutil.rmtree(directory, ignore_errors=True)
         _watchdog.release(guard)
+
+
+#: replication slots of the standbys this module starts: PREFIX<pid>_<random>
+SLOT_PREFIX = "lgdp_standby_"
+
+
+def _drop_stale_slots(primary_dsn: str) -> None:
+    """Drop inactive slots of standbys started on this machine by processes that are
+    gone (a test run killed before its cleanup): a slot nobody uses keeps WAL forever."""
+    with contextlib.suppress(psycopg.Error), psycopg.connect(
+        primary_dsn, autocommit=True, connect_timeout=10
+    ) as conn:
+        rows = conn.execute(
+            "SELECT slot_name FROM pg_replication_slots WHERE NOT active "
+            "AND slot_name LIKE %s", (SLOT_PREFIX.replace("_", r"\_") + "%",)
+        ).fetchall()
+        for (name,) in rows:
+            pid = name.removeprefix(SLOT_PREFIX).split("_")[0]
+            if pid.isdigit() and not _watchdog._alive(int(pid)):
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (name,))

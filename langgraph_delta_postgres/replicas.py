@@ -521,8 +521,13 @@ class RoutingSaver(_RoutingCore):
     def token(self) -> str:
         """A read token: the primary's WAL position now, at or past every write that has
         committed on it (this saver's and every other process's). A reader that passes
-        it (:meth:`read_after`, or ``configurable["lgdp_read_after"]``) sees them all."""
-        return make_token(self._fetch_lsn())
+        it (:meth:`read_after`, or ``configurable["lgdp_read_after"]``) sees them all.
+        It also fixes the floors of this saver's writes so far (see docs/replicas.md)."""
+        with self._lock:
+            seq = self._seq
+        lsn = self._fetch_lsn()
+        self._resolved(seq, lsn)
+        return make_token(lsn)
 
     @contextlib.contextmanager
     def read_after(self, token: str | None) -> Iterator[None]:
@@ -815,7 +820,11 @@ class AsyncRoutingSaver(_RoutingCore):
 
     async def atoken(self) -> str:
         """See :meth:`RoutingSaver.token`."""
-        return make_token(await self._fetch_lsn())
+        with self._lock:
+            seq = self._seq
+        lsn = await self._fetch_lsn()
+        self._resolved(seq, lsn)
+        return make_token(lsn)
 
     @contextlib.contextmanager
     def read_after(self, token: str | None) -> Iterator[None]:
