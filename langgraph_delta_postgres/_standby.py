@@ -78,7 +78,7 @@ def _major_of_binary(path: Path) -> int | None:
 def _bindir(major: int) -> Path | None:
     candidates: list[Path] = []
     with contextlib.suppress(Exception):
-        from pgserver._commands import POSTGRES_BIN_PATH  # type: ignore[import-untyped]
+        from pgserver._commands import POSTGRES_BIN_PATH
 
         candidates.append(Path(POSTGRES_BIN_PATH))
     candidates.append(Path(f"/usr/lib/postgresql/{major}/bin"))
@@ -260,8 +260,10 @@ def standby_of(primary_dsn: str) -> Iterator[Standby]:
     directory.chmod(0o700)
     sb = Standby(primary_dsn, directory, plan, log=directory / "log")
     user = conninfo_to_dict(primary_dsn).get("user")
-    sb.dsn = make_conninfo(host=str(directory), port=plan.port, dbname="postgres",
-                           **({"user": user} if user else {}))
+    params = {"host": str(directory), "port": plan.port, "dbname": "postgres"}
+    if user:
+        params["user"] = str(user)
+    sb.dsn = make_conninfo(**params)
     # A replication slot of its own, made before the backup starts: the primary keeps
     # the WAL the standby has not received yet (without one, a checkpoint on a busy
     # primary removed a segment the backup still had to stream, and a standby stopped

@@ -53,7 +53,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import psycopg
 from langchain_core.runnables import RunnableConfig
@@ -424,6 +424,9 @@ class RoutingSaver(_RoutingCore):
         cache_bytes: history cache budget of each replica's saver.
     """
 
+    primary: DeltaPostgresSaver
+    replicas: list[ReplicaSaver]
+
     def __init__(
         self,
         primary: DeltaPostgresSaver,
@@ -454,7 +457,9 @@ class RoutingSaver(_RoutingCore):
             elif isinstance(r, ConnectionPool):
                 pool = r
             else:
-                raise TypeError(f"a replica must be a DSN or a ConnectionPool, not {type(r).__name__}")
+                raise TypeError(
+                    f"a replica must be a DSN or a ConnectionPool, not {type(r).__name__}"
+                )
             savers.append(ReplicaSaver(pool, serde=primary.serde, schema=primary.schema,
                                        cache_bytes=cache_bytes))
         self.replicas = savers
@@ -499,8 +504,9 @@ class RoutingSaver(_RoutingCore):
         if clone is self:
             return self
         assert isinstance(clone, RoutingSaver)
-        clone.primary = self.primary.with_allowlist(extra_allowlist)
-        clone.replicas = [r.with_allowlist(extra_allowlist) for r in self.replicas]
+        clone.primary = cast(DeltaPostgresSaver, self.primary.with_allowlist(extra_allowlist))
+        clone.replicas = [cast(ReplicaSaver, r.with_allowlist(extra_allowlist))
+                          for r in self.replicas]
         return clone
 
     # ------------------------------------------------------------------ floors, tokens
@@ -581,7 +587,7 @@ class RoutingSaver(_RoutingCore):
         if got is not None and get_checkpoint_id(config) is None and t is not None:
             c = got.config["configurable"]
             _LAST_TUPLE.set((id(self), (t, c["checkpoint_ns"], c["checkpoint_id"]), i))
-        return got
+        return cast(CheckpointTuple | None, got)
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -607,14 +613,14 @@ class RoutingSaver(_RoutingCore):
             try:
                 got = for_one.get_delta_channel_history(config=config, channels=channels)
                 self._counts["replica"] += 1
-                return got  # type: ignore[no-any-return]
+                return got
             except Exception as e:
                 self._failed(last[2], e)
             finally:
                 _NEED.reset(reset)
-        return self._route(
+        return cast(Mapping[str, DeltaChannelHistory], self._route(
             need, lambda s: s.get_delta_channel_history(config=config, channels=channels)
-        )[0]
+        )[0])
 
     def list(
         self,
@@ -716,6 +722,9 @@ class RoutingSaver(_RoutingCore):
 class AsyncRoutingSaver(_RoutingCore):
     """The async twin of :class:`RoutingSaver` (``AsyncConnectionPool`` or DSNs)."""
 
+    primary: AsyncDeltaPostgresSaver
+    replicas: list[AsyncReplicaSaver]
+
     def __init__(
         self,
         primary: AsyncDeltaPostgresSaver,
@@ -799,8 +808,10 @@ class AsyncRoutingSaver(_RoutingCore):
         if clone is self:
             return self
         assert isinstance(clone, AsyncRoutingSaver)
-        clone.primary = self.primary.with_allowlist(extra_allowlist)
-        clone.replicas = [r.with_allowlist(extra_allowlist) for r in self.replicas]
+        clone.primary = cast(AsyncDeltaPostgresSaver,
+                             self.primary.with_allowlist(extra_allowlist))
+        clone.replicas = [cast(AsyncReplicaSaver, r.with_allowlist(extra_allowlist))
+                          for r in self.replicas]
         return clone
 
     # ------------------------------------------------------------------ floors, tokens
