@@ -116,8 +116,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="DIR",
                    help="write DIR/benchmarks.md and DIR/img/*.png (plots)")
     p.add_argument("--scale", choices=("full", "quick", "tiny"), help=argparse.SUPPRESS)
-    p.add_argument("--only", choices=("retention", "load"),
-                   help="run only this part of the benchmark")
+    p.add_argument("--only", choices=("retention", "load", "replicas"),
+                   help="run only this part of the benchmark (replicas: starts a hot "
+                   "standby of the server; see docs/replicas.md)")
 
 
 def _missing_deps() -> list[str]:
@@ -180,6 +181,10 @@ def run(args: argparse.Namespace) -> int:
             from ._bench.retention import run_alone
 
             results = run_alone(args, scale_name, _server, _command_line(args))
+        elif getattr(args, "only", None) == "replicas":
+            from ._bench.replicas import run_alone as run_replicas_alone
+
+            results = run_replicas_alone(args, scale_name, _server, _command_line(args))
         elif getattr(args, "only", None) == "load":
             from ._bench.load import run_alone as run_load_alone
 
