@@ -73,6 +73,7 @@ def _primary_pids(savers: list[Any]) -> list[int]:
     out = []
     for s in savers:
         base = s.primary if isinstance(s, RoutingSaver) else s
+        assert isinstance(base.conn, psycopg.Connection)
         out.append(base.conn.info.backend_pid)
     return out
 
@@ -293,7 +294,8 @@ def run_alone(
     if cpu["primary"] is not None:
         print(f"replicas: readers' primary backends, CPU per history page: "
               f"{cpu['primary']:.3f} ms without the replica, {cpu['replica']:.3f} ms with it "
-              f"(median of pair ratios {r['ratio_reader_primary_cpu_per_page']:.1f}x; inf: none at all)")
+              f"(median of pair ratios {r['ratio_reader_primary_cpu_per_page']:.1f}x; "
+              "inf: none at all)")
     print(
         f"replicas ({command}): primary statement time (all sessions, "
         f"pg_stat_database.active_time) per history page "
