@@ -176,9 +176,12 @@ class Standby:
             argv = ["runuser", "-u", self.plan.os_user, "--", *argv]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0:
+            said = " | ".join(
+                ln for ln in (done.stderr or done.stdout).strip().splitlines()
+                if "skipping special file" not in ln  # the embedded server's socket
+            )
             raise StandbyUnavailable(
-                f"{Path(args[0]).name} failed ({done.returncode}): "
-                f"{(done.stderr or done.stdout).strip()[-800:]}"
+                f"{Path(args[0]).name} failed ({done.returncode}): {said[-1500:]}"
             )
         return done.stdout
 
@@ -273,26 +276,43 @@ def standby_of(primary_dsn: str) -> Iterator[Standby]:
     _drop_stale_slots(primary_dsn)
     guard = _watchdog.guard(sb.data, remove=False)
     try:
-        sb._cmd(str(plan.bindir / "pg_basebackup"), "-d", primary_dsn, "-D", str(sb.data),
-                "-R", "-X", "stream", "-C", "-S", slot, "-c", "fast", "--no-sync",
-                timeout=600)
+        for attempt in range(BACKUP_ATTEMPTS):
+            # A database created or dropped on the primary while the backup copies it
+            # can fail the copy (a file that vanished): try again, from scratch.
+            try:
+                sb._cmd(str(plan.bindir / "pg_basebackup"), "-d", primary_dsn, "-D",
+                        str(sb.data), "-R", "-X", "stream", "-C", "-S", slot, "-c", "fast",
+                        "--no-sync", timeout=600)
+                break
+            except StandbyUnavailable:
+                if attempt == BACKUP_ATTEMPTS - 1:
+                    raise
+                _drop_slot(primary_dsn, slot)
+                shutil.rmtree(sb.data, ignore_errors=True)
+                time.sleep(0.5 * (attempt + 1))
         sb.start()
         yield sb
     finally:
         sb.stop()
-        with contextlib.suppress(psycopg.Error), psycopg.connect(
-            primary_dsn, autocommit=True, connect_timeout=10
-        ) as conn:
-            conn.execute(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                "WHERE slot_name = %s AND NOT active", (slot,)
-            )
+        _drop_slot(primary_dsn, slot)
         shutil.rmtree(directory, ignore_errors=True)
         _watchdog.release(guard)
 
 
 #: replication slots of the standbys this module starts: PREFIX<pid>_<random>
 SLOT_PREFIX = "lgdp_standby_"
+#: pg_basebackup runs before giving up (see standby_of)
+BACKUP_ATTEMPTS = 4
+
+
+def _drop_slot(primary_dsn: str, slot: str) -> None:
+    with contextlib.suppress(psycopg.Error), psycopg.connect(
+        primary_dsn, autocommit=True, connect_timeout=10
+    ) as conn:
+        conn.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE slot_name = %s AND NOT active", (slot,)
+        )
 
 
 def _drop_stale_slots(primary_dsn: str) -> None:
