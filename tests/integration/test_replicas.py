@@ -147,6 +147,31 @@ def test_trap2_pending_writes_of_a_head_checkpoint(
     assert router.routing_stats().replica_reads == 1  # caught up: the replica answers
 
 
+def test_history_page_with_a_branch_head_the_standby_lacks_writes_of(
+    router: RoutingSaver, reader: RoutingSaver, primary: DeltaPostgresSaver,
+    standby: Standby, replica_dsn: str,
+) -> None:
+    """A page of older checkpoints can hold the head of an abandoned branch (a fork made
+    from an earlier checkpoint): it has no child, so its pending writes are not final.
+    With replay paused, a write to it; the page read on the standby alone lacks it, the
+    routing saver's page equals the primary's."""
+    chain = _chain(router, "t8", 5, writes=False)
+    fork = _chain(router, "t8", 1, parent=chain[2], writes=False)[0]  # child of chain[2]
+    standby.catch_up()
+    standby.pause()
+    router.put_writes(chain[4], [("log", "resumed")], "task-late")  # the old branch's head
+    want = [tup(x) for x in primary.list(cfg("t8"), before=fork, limit=3)]
+    assert any(len(x.pending_writes) for x in primary.list(cfg("t8"), before=fork, limit=3))
+    with _raw_replica(replica_dsn) as raw:  # the trap: the page without the write
+        assert [tup(x) for x in raw.list(cfg("t8"), before=fork, limit=3)] != want
+    assert [tup(x) for x in reader.list(cfg("t8"), before=fork, limit=3)] == want
+    assert reader.routing_stats().replica_reads == 0
+    # a page of sealed checkpoints only: the standby answers
+    assert [tup(x) for x in reader.list(cfg("t8"), before=chain[3], limit=2)] == \
+        [tup(x) for x in primary.list(cfg("t8"), before=chain[3], limit=2)]
+    assert reader.routing_stats().replica_reads == 1
+
+
 # ---------------------------------------------------------------- read your writes, tokens
 
 
