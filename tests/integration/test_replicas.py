@@ -451,3 +451,16 @@ def test_token_is_an_lsn_string(router: RoutingSaver) -> None:
     token = router.token()
     assert token.startswith("lgdp-lsn:")
     assert parse_token(token) > 0
+
+
+def test_bench_section_runs(dsn: str, replica_dsn: str, standby: Standby) -> None:
+    """``bench --only replicas`` at its tiny scale, on the test database and standby: it
+    completes, the readers' pages were served, and with the replica the readers' reads
+    went to it (the figures themselves come from the bench, not from this test)."""
+    from langgraph_delta_postgres._bench.replicas import run_replicas
+
+    res = run_replicas(dsn, dsn, "tiny", lambda m: None, standby)
+    (pair,) = res["rounds"]
+    assert pair["primary"]["pages"] > 0 and pair["replica"]["pages"] > 0
+    assert pair["replica"]["replica_reads"] > 0
+    assert pair["primary"]["writer_turns"] > 0 and pair["replica"]["writer_turns"] > 0
