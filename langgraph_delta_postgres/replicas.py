@@ -51,7 +51,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar, cast
 
@@ -215,15 +215,19 @@ class RoutingStats:
     """What the routing saver did since it was made. ``replica_reads``: reads a replica
     answered; ``primary_reads``: reads the primary answered, by why (``latest``: the
     latest checkpoint without a floor of the thread's own; ``not_routable``: a read that
-    never goes to a replica, e.g. a list across threads; ``behind``, ``absent``,
-    ``head``, ``unsealed_page``, ``not_standby``: what the guard found; ``down``: no
-    replica reachable; ``conflict``: a recovery conflict cancelled the query; ``error``:
-    any other error of a replica); ``lsn_fetches``: statements that asked the primary
-    for its WAL position (after writes, for floors and tokens)."""
+    never goes to a replica, e.g. a list across threads; ``replica_miss``: every replica
+    tried said no or failed; ``down``: no replica was reachable; ``same_as_tuple``: the
+    history of the tuple the primary had just served); ``replica_misses``: why replicas
+    said no or failed (``behind``, ``absent``, ``head``, ``unsealed_page``,
+    ``not_standby``: what the guard found; ``down``: unreachable, stopped; ``conflict``: a
+    recovery conflict cancelled the query; ``error``: any other error);
+    ``lsn_fetches``: statements that asked the primary for its WAL position (floors of
+    this saver's writes, tokens)."""
 
     replica_reads: int
     primary_reads: dict[str, int]
     lsn_fetches: int
+    replica_misses: dict[str, int] = field(default_factory=dict)
 
 
 _CONFLICT_STATES = {"40001", "40P01"}  # serialization failure, deadlock: both on conflicts
@@ -385,6 +389,8 @@ class _RoutingCore(BaseCheckpointSaver[str]):
             lsn_fetches=counts.pop("lsn_fetches", 0),
             primary_reads={k.removeprefix("primary_"): v for k, v in counts.items()
                            if k.startswith("primary_")},
+            replica_misses={k.removeprefix("miss_"): v for k, v in counts.items()
+                            if k.startswith("miss_")},
         )
 
     def _sealed_params(

@@ -109,6 +109,7 @@ def test_trap1_history_of_a_checkpoint_the_standby_lacks(
         got = r.get_delta_channel_history(config=target, channels=["log"])
         assert canon_history(got) == want
     assert reader.routing_stats().replica_reads == 0
+    assert reader.routing_stats().replica_misses == {"absent": 1}
     # a checkpoint the standby has: its history is served there, and equals
     old = chain[-1]
     want_old = canon_history(primary.get_delta_channel_history(config=old, channels=["log"]))
@@ -133,6 +134,7 @@ def test_trap2_pending_writes_of_a_head_checkpoint(
         assert tup(raw.get_tuple(head)) != want
     assert tup(reader.get_tuple(head)) == want
     assert reader.routing_stats().primary_reads.get("replica_miss") == 1
+    assert reader.routing_stats().replica_misses == {"head": 1}
     # the checkpoint before it has a child: its row and writes are final, read there
     sealed = chain[-2]
     assert tup(reader.get_tuple(sealed)) == tup(primary.get_tuple(sealed))
@@ -166,6 +168,7 @@ def test_history_page_with_a_branch_head_the_standby_lacks_writes_of(
         assert [tup(x) for x in raw.list(cfg("t8"), before=fork, limit=3)] != want
     assert [tup(x) for x in reader.list(cfg("t8"), before=fork, limit=3)] == want
     assert reader.routing_stats().replica_reads == 0
+    assert reader.routing_stats().replica_misses == {"unsealed_page": 1}
     # a page of sealed checkpoints only: the standby answers
     assert [tup(x) for x in reader.list(cfg("t8"), before=chain[3], limit=2)] == \
         [tup(x) for x in primary.list(cfg("t8"), before=chain[3], limit=2)]
@@ -249,6 +252,8 @@ def test_thread_deleted_on_the_primary_while_the_standby_lags(
     assert primary.get_tuple(chain[1]) is None
     assert router.routing_stats().replica_reads == 0
     assert reader.routing_stats().replica_reads == 0
+    assert router.routing_stats().replica_misses == {"behind": 4}
+    assert reader.routing_stats().replica_misses == {"behind": 4}
 
 
 def test_standby_stopped_mid_run(
@@ -335,6 +340,7 @@ def test_recovery_conflict_cancels_the_standby_query(
         ).fetchone()[0]  # type: ignore[index]
     assert after > before, "no recovery conflict happened"
     assert reader.routing_stats().primary_reads.get("replica_miss") == 1
+    assert reader.routing_stats().replica_misses == {"conflict": 1}
 
 
 # ---------------------------------------------------------------------------- differential
