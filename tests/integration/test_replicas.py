@@ -294,6 +294,13 @@ def test_standby_stopped_mid_run(
         assert pages() == ref_pages()
 
 
+def _flush_wal(dsn: str) -> None:
+    """Send the WAL of an open transaction's lock to the standby now: a commit (of a
+    transaction with an xid) flushes the WAL before it, the lock's record included."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute("SELECT pg_current_xact_id()")
+
+
 def test_recovery_conflict_cancels_the_standby_query(
     reader: RoutingSaver, router: RoutingSaver, primary: DeltaPostgresSaver,
     standby: Standby, dsn: str, replica_dsn: str,
@@ -311,6 +318,7 @@ def test_recovery_conflict_cancels_the_standby_query(
         ).fetchone()[0]  # type: ignore[index]
     hold = psycopg.connect(dsn)  # holds checkpoint_writes: the standby's query waits there
     hold.execute("LOCK TABLE checkpoint_writes IN ACCESS EXCLUSIVE MODE")
+    _flush_wal(dsn)
     standby.catch_up()
     result: dict[str, Any] = {}
 
@@ -322,10 +330,27 @@ def test_recovery_conflict_cancels_the_standby_query(
 
     t = threading.Thread(target=read)
     t.start()
-    time.sleep(0.5)  # the standby query now holds checkpoints, waits for checkpoint_writes
+    # wait until the standby query holds checkpoints and waits for checkpoint_writes
+    deadline = time.monotonic() + 60
+    with psycopg.connect(replica_dsn, autocommit=True) as sc:
+        while True:
+            row = sc.execute(
+                "SELECT count(*) FROM pg_locks AS l JOIN pg_stat_activity AS a USING (pid) "
+                "WHERE a.datname = current_database() AND a.wait_event_type = 'Lock' "
+                "AND l.granted AND l.relation = 'checkpoints'::regclass"
+            ).fetchone()
+            if row is not None and row[0] > 0:
+                break
+            assert time.monotonic() < deadline, "the standby query never waited there"
+            time.sleep(0.02)
     conflict = psycopg.connect(dsn)
     conflict.execute("LOCK TABLE checkpoints IN ACCESS EXCLUSIVE MODE")  # replayed: conflict
-    time.sleep(2.0)  # max_standby_streaming_delay is 500 ms on the test standby
+    _flush_wal(dsn)
+    # max_standby_streaming_delay is 500 ms on the test standby: wait for the cancel
+    # (the routing saver counts it as soon as the standby's error reaches it)
+    deadline = time.monotonic() + 60
+    while not reader.routing_stats().replica_misses and time.monotonic() < deadline:
+        time.sleep(0.05)
     conflict.rollback()
     hold.rollback()
     t.join(30)
@@ -333,11 +358,18 @@ def test_recovery_conflict_cancels_the_standby_query(
     hold.close()
     assert "error" not in result, result.get("error")
     assert result["got"] == want
+    # the standby's own count (its backends report it when idle: within about 10 s)
+    deadline = time.monotonic() + 30
     with psycopg.connect(replica_dsn, autocommit=True) as sc:
-        after = sc.execute(
-            "SELECT confl_lock + confl_deadlock + confl_snapshot + confl_bufferpin "
-            "FROM pg_stat_database_conflicts WHERE datname = current_database()"
-        ).fetchone()[0]  # type: ignore[index]
+        while True:
+            sc.execute("SELECT pg_stat_clear_snapshot()")
+            after = sc.execute(
+                "SELECT confl_lock + confl_deadlock + confl_snapshot + confl_bufferpin "
+                "FROM pg_stat_database_conflicts WHERE datname = current_database()"
+            ).fetchone()[0]  # type: ignore[index]
+            if after > before or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
     assert after > before, "no recovery conflict happened"
     assert reader.routing_stats().primary_reads.get("replica_miss") == 1
     assert reader.routing_stats().replica_misses == {"conflict": 1}
