@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import random
 import shlex
 import time
@@ -107,10 +108,145 @@ class _Prefetch:
     rows: list[tuple[Any, ...]]
 
 
-#: One slot per thread / asyncio task (a context): set by get_tuple, taken by the next
-#: history call of the same saver if it asks for that checkpoint, and cleared by any
-#: write this context makes (so an answer never predates a write its caller made).
-_PREFETCH: ContextVar[_Prefetch | None] = ContextVar("lgdp_history_prefetch", default=None)
+class _Listed:
+    """The rows of a ``list`` call of a thread, for the history calls LangGraph makes
+    next, one per listed checkpoint (``get_state_history``: ``list``, then
+    ``channels_from_checkpoint`` on every tuple). When a checkpoint's whole chain down to
+    each channel's seed is in the listing, its history is read from these rows, in the
+    snapshot the tuples came from, with no statement; otherwise the statement answers.
+
+    It reads what the walk reads (delta_history.sql, "The walk"): from the target's
+    parent down, per channel, each row's writes of the channel (writes_sort_key order,
+    as checkpoints.tuples_of aggregates them) until a row that stores a value for it,
+    inclusive. A row stores a value for ``ch`` when its claim allows it (its
+    ``stored_channels``, sent by checkpoints.listed_claims, holds ``ch``, or is NULL: a
+    row another saver wrote, probed for every channel) and either a non-"empty" blob is
+    stored at the version the row names (the listing's blob columns are exactly those:
+    the seed, as the walk's 's' row prefers a blob) or ``channel_values[ch]`` is a JSON
+    string, number or boolean (not null, not an object or array). The answer is None
+    (the statement answers, and raises where it raises) when a chain leaves the listing
+    (a page, a filtered list, a pruned or missing parent), loops, or would reach
+    ``max_history_depth``.
+
+    Every value is decoded once (``serde.loads_typed``) and kept pickled; each answer
+    unpickles its own copies, so no two answers, and no answer and a listed tuple, share
+    a mutable object (the cache's isolation rule, _cache.py). Inline seeds are str, int,
+    float or bool: immutable."""
+
+    __slots__ = ("saver", "thread_id", "max_depth", "rows", "_writes", "_seeds", "broken")
+
+    #: no seed at this row for this channel
+    _NONE: tuple[str, Any] = ("", None)
+
+    def __init__(self, saver: object, thread_id: str, rows: list[Row], max_depth: int) -> None:
+        self.saver = saver
+        self.thread_id = thread_id
+        self.max_depth = max_depth
+        #: (namespace, checkpoint id) -> its row (a list without checkpoint_ns spans all)
+        self.rows = {(r["checkpoint_ns"], r["checkpoint_id"]): r for r in rows}
+        #: (namespace, checkpoint id, channel) -> pickled list of its writes of that channel
+        self._writes: dict[tuple[str, str, str], bytes | None] = {}
+        #: (namespace, checkpoint id, channel) -> ("b", pickled value) | ("i", inline
+        #: primitive) | _NONE
+        self._seeds: dict[tuple[str, str, str], tuple[str, Any]] = {}
+        #: a value that does not pickle: this listing answers nothing more
+        self.broken = False
+
+    def _seed_of(self, row: Row, ch: str, loads: Any) -> tuple[str, Any]:
+        """The value ``row`` stores for ``ch`` by the walk's rule (class docstring), or
+        :attr:`_NONE`."""
+        key = (row["checkpoint_ns"], row["checkpoint_id"], ch)
+        got = self._seeds.get(key)
+        if got is not None:
+            return got
+        claims = row["stored_channels"]
+        got = self._NONE
+        if claims is None or ch in claims:
+            blobs = row["blob_channels"]
+            if blobs and ch in blobs:
+                i = blobs.index(ch)
+                got = ("b", pickle.dumps(
+                    loads((row["blob_types"][i], row["blob_values"][i])), protocol=5))
+            else:
+                # jsonb_typeof(channel_values -> ch) IN ('string', 'number', 'boolean'):
+                # what json gives for those (None is JSON null; a dict or list is not one)
+                values = row["checkpoint"].get("channel_values")
+                v = values.get(ch) if isinstance(values, dict) else None
+                if v is not None and isinstance(v, str | int | float | bool):
+                    got = ("i", v)
+        self._seeds[key] = got
+        return got
+
+    def _writes_of(self, row: Row, ch: str, loads: Any) -> bytes | None:
+        if not row["write_task_ids"] or ch not in row["write_channels"]:
+            return None
+        key = (row["checkpoint_ns"], row["checkpoint_id"], ch)
+        if key in self._writes:
+            return self._writes[key]
+        ws = [
+            (tid, c, loads((typ, blob)))
+            for tid, c, typ, blob in zip(
+                row["write_task_ids"], row["write_channels"], row["write_types"],
+                row["write_blobs"], strict=True,
+            )
+            if c == ch
+        ]
+        got = self._writes[key] = pickle.dumps(ws, protocol=5)
+        return got
+
+    def answer(
+        self, ns: str, checkpoint_id: str, channels: list[str], loads: Any
+    ) -> dict[str, DeltaChannelHistory] | None:
+        """The history of ``channels`` at ``checkpoint_id`` from the listed rows; None
+        when the statement must answer (class docstring)."""
+        target = self.rows.get((ns, checkpoint_id))
+        if target is None or self.broken:
+            return None
+        limit = min(self.max_depth, len(self.rows))
+        result: dict[str, DeltaChannelHistory] = {}
+        try:
+            for ch in channels:
+                parts: list[bytes] = []
+                seed = self._NONE
+                cid = target["parent_checkpoint_id"]
+                depth = 0
+                while cid is not None:
+                    if depth >= limit:
+                        # the walk's depth guard would stop here with the channel still
+                        # walking (it raises), or the listing holds a cycle (it raises)
+                        return None
+                    row = self.rows.get((ns, cid))
+                    if row is None:
+                        return None  # below the listing (or a missing parent)
+                    depth += 1
+                    w = self._writes_of(row, ch, loads)
+                    if w is not None:
+                        parts.append(w)
+                    seed = self._seed_of(row, ch, loads)
+                    if seed is not self._NONE:
+                        break
+                    cid = row["parent_checkpoint_id"]
+                writes: list[PendingWrite] = []
+                for data in reversed(parts):
+                    writes.extend(pickle.loads(data))
+                entry: DeltaChannelHistory = {"writes": writes}
+                if seed[0] == "b":
+                    entry["seed"] = pickle.loads(seed[1])
+                elif seed[0] == "i":
+                    entry["seed"] = seed[1]
+                result[ch] = entry
+        except (pickle.PicklingError, TypeError, AttributeError):
+            self.broken = True
+            return None
+        return result
+
+#: One slot per thread / asyncio task (a context): set by get_tuple (taken by the next
+#: history call of the same saver if it asks for that checkpoint) or by list (serving
+#: the history calls on its checkpoints until the next read or write), and cleared by
+#: any write this context makes (so an answer never predates a write its caller made).
+_PREFETCH: ContextVar[_Prefetch | _Listed | None] = ContextVar(
+    "lgdp_history_prefetch", default=None
+)
 
 #: The columns of checkpoints.select_tuples, as delta_history.tuple_history sends them
 #: after the history's 8 columns and hist_channels (rows by position).
@@ -334,14 +470,15 @@ class SaverCore(BaseCheckpointSaver[str]):
         return self._query(
             "tuple_history", "delta_history.walk", "delta_history.tuple_history",
             "delta_history.rows", "delta_history.tuple_rows", "checkpoints.select_tuples",
-            sql.SQL("WHERE"), "checkpoints.where_target", "checkpoints.tuples_of",
-            "delta_history.tuple_end",
+            "checkpoints.from_checkpoints", sql.SQL("WHERE"), "checkpoints.where_target",
+            "checkpoints.tuples_of", "delta_history.tuple_end",
         )
 
     def tuple_by_id_query(self) -> sql.Composed:
         """get_tuple of a checkpoint by id: the tuple alone."""
         return self._query(
-            "tuple_by_id", "checkpoints.select_tuples", sql.SQL("WHERE"),
+            "tuple_by_id", "checkpoints.select_tuples", "checkpoints.from_checkpoints",
+            sql.SQL("WHERE"),
             "checkpoints.where_thread", sql.SQL("AND"), "checkpoints.where_ns",
             sql.SQL("AND"), "checkpoints.where_id", "checkpoints.tuples_of",
         )
@@ -472,7 +609,10 @@ class SaverCore(BaseCheckpointSaver[str]):
             with gc_paused():  # see _cache.gc_paused
                 return self._row_to_tuple(rows[0])
         cache = self.history_cache
-        plan = cache.plan(thread_id, ns, None, None) if cache is not None else NO_PLAN
+        plan = (
+            cache.plan(thread_id, ns, None, None, admit_unseen=False)
+            if cache is not None else NO_PLAN
+        )
         rows = yield Stmt(
             self.tuple_history_query(),
             {"tasks": TASKS, **self._history_params(thread_id, ns, None, None, plan)},
@@ -547,6 +687,9 @@ class SaverCore(BaseCheckpointSaver[str]):
         # without a thread, only the keys go through the sort (see checkpoints.keys_newest)
         by_key = config is None and limit is not None
         parts: list[sql.Composable] = [q["checkpoints.select_tuples"]]
+        if config is not None:  # the claims _Listed reads (see checkpoints.listed_claims)
+            parts.append(q["checkpoints.listed_claims"])
+        parts.append(q["checkpoints.from_checkpoints"])
         if by_key:
             parts.append(q["checkpoints.keys_newest"])
         if preds:
@@ -561,7 +704,10 @@ class SaverCore(BaseCheckpointSaver[str]):
         parts.append(q["checkpoints.tuples_of"])
         rows = yield Stmt(sql.SQL(" ").join(parts), params, binary=True)
         with gc_paused():  # see _cache.gc_paused
-            return [self._row_to_tuple(r) for r in rows]
+            tuples = [self._row_to_tuple(r) for r in rows]
+        if rows and config is not None:
+            _PREFETCH.set(_Listed(self, params["thread_id"], rows, self.max_history_depth))
+        return tuples
 
     # ------------------------------------------------------------------ history
 
@@ -573,7 +719,14 @@ class SaverCore(BaseCheckpointSaver[str]):
         checkpoint_id = get_checkpoint_id(config) or None
         cache = self.history_cache
         pre = _PREFETCH.get()
-        if pre is not None:
+        if isinstance(pre, _Listed):
+            if pre.saver is self and pre.thread_id == thread_id and checkpoint_id:
+                with gc_paused():  # see _cache.gc_paused
+                    got_listed = pre.answer(ns, checkpoint_id, wanted, self.serde.loads_typed)
+                if got_listed is not None:
+                    self._walk.answered(prefetched=True, uncached=False)
+                    return got_listed
+        elif pre is not None:
             _PREFETCH.set(None)  # taken once
             if (
                 pre.saver is self

@@ -42,7 +42,8 @@ class WalkStats:
 
     ``history_calls``: ``get_delta_channel_history`` calls with at least one channel;
     ``prefetch_hits``: those answered from the history ``get_tuple`` read with the
-    latest checkpoint (no statement); ``statements``: statements that walked a history
+    latest checkpoint, or from the rows of the ``list`` call before them (no statement);
+    ``statements``: statements that walked a history
     (``get_delta_channel_history`` ones, and ``get_tuple`` of a latest checkpoint, which
     reads the history in the same statement); ``rows``: history rows those statements
     returned; ``checkpoints``: the checkpoints those rows came from (the depth walked,

@@ -36,6 +36,7 @@ from typing import Any
 from ._install import install_hint
 
 BENCH_INSTALL_HINT = install_hint("bench")
+AGENT_INSTALL_HINT = install_hint("agent")
 RTTS = {"0": 0.0, "0.5": 0.5, "2": 2.0}
 
 
@@ -116,9 +117,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="DIR",
                    help="write DIR/benchmarks.md and DIR/img/*.png (plots)")
     p.add_argument("--scale", choices=("full", "quick", "tiny"), help=argparse.SUPPRESS)
-    p.add_argument("--only", choices=("retention", "load", "replicas"),
-                   help="run only this part of the benchmark (replicas: starts a hot "
-                   "standby of the server; see docs/replicas.md)")
+    p.add_argument(
+        "--only", choices=("retention", "load", "agent", "replicas"),
+        help="run only this part of the benchmark (agent: a deepagents session, needs the "
+        "'agent' extra: " + AGENT_INSTALL_HINT + "; replicas: starts a hot standby of the "
+        "server, see docs/replicas.md)",
+    )
 
 
 def _missing_deps() -> list[str]:
@@ -164,9 +168,18 @@ def _command_line(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     missing = _missing_deps()
+    if getattr(args, "only", None) == "agent":
+        from ._bench.agent import available
+
+        if not available():
+            missing.append("deepagents")
     if missing:
+        hint = (
+            install_hint("bench,agent") if getattr(args, "only", None) == "agent"
+            else BENCH_INSTALL_HINT
+        )
         print(
-            f"error: the benchmark needs {' and '.join(missing)}: {BENCH_INSTALL_HINT}",
+            f"error: the benchmark needs {' and '.join(missing)}: {hint}",
             file=sys.stderr,
         )
         return 2
@@ -185,6 +198,10 @@ def run(args: argparse.Namespace) -> int:
             from ._bench.replicas import run_alone as run_replicas_alone
 
             results = run_replicas_alone(args, scale_name, _server, _command_line(args))
+        elif getattr(args, "only", None) == "agent":
+            from ._bench.agent import run_alone as run_agent_alone
+
+            results = run_agent_alone(args, scale_name, _server, _command_line(args))
         elif getattr(args, "only", None) == "load":
             from ._bench.load import run_alone as run_load_alone
 
@@ -202,6 +219,17 @@ def run(args: argparse.Namespace) -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=1, default=str) + "\n")
         print(f"wrote {args.json}")
+    if "agent" in results and "headline" not in results:  # --only agent
+        from ._bench.agent import headline as agent_headline
+
+        if args.out:
+            from ._bench.report import write_agent_report
+
+            print(f"wrote {write_agent_report(results, Path(args.out))}")
+        for k, v in agent_headline(results).items():
+            print(f"  {k}: " + ", ".join(
+                f"{a}={b:.2f}" if isinstance(b, float) else f"{a}={b}" for a, b in v.items()))
+        return 0
     if "headline" not in results:  # --only: no headline; load writes its own page
         if args.out and "load" in results:
             from ._bench.report import write_load_report
@@ -313,6 +341,16 @@ def _run(args: argparse.Namespace, scale: Scale) -> dict[str, Any]:
             res["loads"] = run_loads(loads_dsn, scale.name, scale.resume_rounds, _log)
             res["loads"]["scratch"] = loads_where
         res["loads"]["seconds"] = time.perf_counter() - l0
+        from ._bench.agent import available, run_agent
+
+        if available():  # the optional 'agent' extra
+            _log("agent: a deepagents session, scripted model (ours, official, InMemorySaver)")
+            a0 = time.perf_counter()
+            with scratch_database(server_dsn, uuid.uuid4().hex[:10]) as (agent_dsn, _):
+                res["agent"] = run_agent(agent_dsn, scale.name, _log)
+            res["agent"]["seconds"] = time.perf_counter() - a0
+        else:
+            _log("agent: skipped (deepagents is not installed: " + AGENT_INSTALL_HINT + ")")
         from ._bench.load import run_load
 
         _log("load: concurrent sessions on one server")
@@ -390,6 +428,9 @@ def _headline(res: dict[str, Any]) -> dict[str, Any]:
     from ._bench.listput import headline as listput_headline
 
     h.update(listput_headline(res))
+    from ._bench.agent import headline as agent_headline
+
+    h.update(agent_headline(res))
     from ._bench.load import headline as load_headline
 
     h.update(load_headline(res))

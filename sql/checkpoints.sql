@@ -1,6 +1,6 @@
 -- checkpoints: reading checkpoint tuples (get_tuple, list).
 --
--- A list query is `select_tuples`, then `WHERE` and the predicates the call needs joined
+-- A list query is `select_tuples` + `from_checkpoints`, then `WHERE` and the predicates the call needs joined
 -- with AND, then one of the ordering blocks, then `tuples_of`. get_tuple's is the same
 -- without an ordering block: by id with `where_thread`, `where_ns`, `where_id`; for the
 -- latest inside delta_history.tuple_history, with `where_target`. Every block is a
@@ -12,6 +12,10 @@
 -- applied, because the sort on checkpoint_id (no index gives that order when the
 -- namespace is not fixed, nor without a thread) sat above the joins.
 --
+-- The select list and the FROM are two blocks (`select_tuples`, `from_checkpoints`), so
+-- that list of a thread can put `listed_claims` between them (see there): a statement is
+-- `select_tuples` [+ `listed_claims`] + `from_checkpoints` + the rest.
+--
 -- Result columns (of the whole statement), newest first
 --   thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id  text
 --   checkpoint, metadata                                           jsonb
@@ -22,6 +26,8 @@
 --       point order, as Python compares strings)
 --   send_types text[], send_blobs bytea[]   for a checkpoint older than format v4 only:
 --       the parent's TASKS writes, which LangGraph then kept as pending sends
+--   stored_channels text[]   with `listed_claims` only: the row's claims (NULL: a row
+--       another saver wrote)
 -- Parameters: %(tasks)s (the TASKS channel name) and those of the chosen predicates.
 -- Indexes: checkpoints_pkey for the predicates (list without a thread scans);
 -- checkpoint_blobs_pkey per channel version; checkpoint_writes_pkey prefix per checkpoint.
@@ -43,9 +49,22 @@ SELECT
     wr.blobs AS write_blobs,
     se.types AS send_types,
     se.blobs AS send_blobs
+
+-- name: listed_claims
+-- list of a thread only (between `select_tuples` and `from_checkpoints`): the rows'
+-- stored_channels, so that the history calls after the listing (get_state_history: one
+-- per entry, _core._Listed) read a seed from these rows by the walk's rule, "stores a
+-- value" (delta_history.sql, "The walk": a claim backed by an inline primitive or a
+-- non-"empty" blob at the row's version; a NULL row probed for every channel). The
+-- other reads (get_tuple, list without a thread) do not send it.
+, c.stored_channels AS stored_channels
+
+-- name: from_checkpoints
+-- Opens the subquery on `checkpoints` that the predicates, the ordering block and
+-- `tuples_of` close (stored_channels is read here for `listed_claims`).
 FROM (
     SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
-           c.checkpoint, c.metadata
+           c.checkpoint, c.metadata, c.stored_channels
     FROM {s}checkpoints AS c
 
 -- name: tuples_of
@@ -98,9 +117,9 @@ LEFT JOIN LATERAL (
 ORDER BY c.checkpoint_id DESC
 
 -- name: keys_newest
--- list without a thread, with a limit: `select_tuples` + this + `WHERE` and the predicates
--- + `order_newest_limit` + `keys_end` + `tuples_of`. Only the keys of the newest rows go
--- through the sort (a top-N sort of every checkpoint of every thread: no index gives
+-- list without a thread, with a limit: `select_tuples` + `from_checkpoints` + this +
+-- `WHERE` and the predicates + `order_newest_limit` + `keys_end` + `tuples_of`. Only the
+-- keys of the newest rows go through the sort (a top-N sort of every checkpoint of every thread: no index gives
 -- checkpoint_id order across threads), and the kept rows are then read by position and
 -- key. Before, each row entered the sort whole (checkpoint and metadata: ~800 bytes a row
 -- here): with 300-10,000 small threads list(None, limit=1|10) measured 0.79-1.10x the

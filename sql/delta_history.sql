@@ -16,8 +16,8 @@
 -- Two statements are composed from the named blocks below (see _core.SaverCore):
 --   get_delta_channel_history   walk + select_rows + rows + order_rows
 --   get_tuple                   walk + tuple_history + rows + tuple_rows +
---                               checkpoints.select_tuples + WHERE + where_target +
---                               checkpoints.tuples_of + tuple_end
+--                               checkpoints.select_tuples + from_checkpoints +
+--                               WHERE + where_target + checkpoints.tuples_of + tuple_end
 --   The second reads the checkpoint and the history LangGraph asks for right after it
 --   (channels_from_checkpoint) in one snapshot and one round trip; the saver hands that
 --   history to the next history call on the same checkpoint (_core._Prefetch).
@@ -602,8 +602,8 @@ ORDER BY r.pos COLLATE "C", r.task_path COLLATE "C", r.task_id COLLATE "C", r.id
 
 -- name: tuple_history
 -- get_tuple with its history prefetched: walk + tuple_history + rows + tuple_rows +
--- checkpoints.select_tuples + WHERE + checkpoints.where_target + checkpoints.tuples_of +
--- tuple_end. One statement, so the tuple and the history of the channels LangGraph will
+-- checkpoints.select_tuples + checkpoints.from_checkpoints + WHERE +
+-- checkpoints.where_target + checkpoints.tuples_of + tuple_end. One statement, so the tuple and the history of the channels LangGraph will
 -- ask for next come from one snapshot (a prune committed between two statements could
 -- delete the checkpoint get_tuple returned, and its history would read empty), and the
 -- load costs one round trip instead of two.

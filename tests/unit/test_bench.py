@@ -248,3 +248,38 @@ def test_each_timed_call_starts_after_a_full_collection() -> None:
     for i, e in enumerate(events):
         if e in ("a", "b"):
             assert events[i - 1] == "collect", events
+
+
+def test_only_agent(pg_server: PgServer, tmp_path: Path) -> None:
+    """The agent section at the tiny scale (6 turns): a deepagents session with the
+    scripted model on the three savers, its subagent and summarization ran, the states
+    and whole histories equal; no timing asserted. Skipped only without deepagents (the
+    optional 'agent' extra)."""
+    pytest.importorskip("deepagents", reason="the optional 'agent' extra is not installed")
+    out_json = tmp_path / "agent.json"
+    args = _args(dsn=pg_server.admin_dsn, scale="tiny", only="agent", json=str(out_json),
+                 out=str(tmp_path / "report"))
+    assert bench.run(args) == 0
+    res = json.loads(out_json.read_text())
+    assert res["command"].endswith(f"--only agent --json {out_json} --out {tmp_path / 'report'}")
+    a = res["agent"]
+    assert a["turns"] == 6
+    # deepagents' state: DeltaChannel on messages and files
+    assert a["channels"]["messages"] == "DeltaChannel"
+    assert a["channels"]["files"] == "DeltaChannel"
+    assert a["states_equal"] and a["histories_equal"]
+    calls = a["model_calls"]
+    assert calls["ours"] == calls["official"] == calls["inmemory"]
+    assert calls["ours"]["subagent"] > 0 and calls["ours"]["summary"] > 0
+    assert a["state"]["summarized"] and a["state"]["files"] > 0
+    assert len(set(a["state"]["checkpoints"].values())) == 1
+    assert a["history_entries"] == a["state"]["checkpoints"]["ours"]
+    for k in ("ours", "official", "inmemory"):
+        assert a["turn_latency"]["stats"][k]["n"] == 6
+    for what in ("get_state", "history_page", "history_all"):
+        assert set(a[what]["stats"]) == {"ours_warm", "ours", "ours_nocache", "official",
+                                         "inmemory"}
+        assert all(s["n"] > 0 for s in a[what]["stats"].values())
+        assert a[what]["official_over"]["ours_warm"]["n"] > 0
+    report = (tmp_path / "report" / "agent.md").read_text()
+    assert res["command"] in report and "A real agent" in report

@@ -338,13 +338,15 @@ def test_inspect_load_shows_the_saver_counters(dsn: str) -> None:
     load = rep["load"]
     # messages was just snapshotted: its value is in the checkpoint, no history asked
     assert load["channels"] == ["files"]
-    cold, warm = load["loads"]
+    first, cold, warm = load["loads"]
     # get_tuple reads the history with the checkpoint; the history call takes it
-    for d in (cold, warm):
+    for d in (first, cold, warm):
         assert (d["load"], d["walk_statements"]) == (d["load"], 1)
         assert (d["walk_history_calls"], d["walk_prefetch_hits"]) == (1, 1)
+    # a thread's first load gets no cache bucket: answered as without a cache
+    assert first["walk_uncached"] == 1 and first["cache_misses"] == 0
     files = next(c for c in rep["delta_channels"] if c["channel"] == "files")
-    # cold: the walk reached back to the deepest seed (inspect's own walk depth)
+    # second load (builds the bucket): the walk reached back to the deepest seed
     assert cold["walk_checkpoints"] >= files["walk_depth"] > 1
     assert cold["cache_hits"] == 0 and cold["cache_misses"] == 1
     # warm: the cache held the chain; the walk stopped at once

@@ -1,0 +1,316 @@
+"""A real agent workload: a ``deepagents`` coding session driven by a scripted model.
+
+``deepagents.create_deep_agent`` (0.7.x) builds its state with ``DeltaChannel`` on
+``messages`` (``DeepAgentState``, ``snapshot_frequency=50``) and on ``files``
+(``FilesystemState``, ``snapshot_frequency=50``); the rest (the summarization event and
+session id) are ``LastValue`` fields. The model is :class:`.scripted_model.ScriptedChatModel`
+(no network, deterministic): each user turn is answered with ``write_file`` /
+``read_file`` / ``edit_file`` / ``ls`` / ``write_todos`` calls, every tenth turn hands a
+subtask to the general-purpose subagent (``task``), and a small context window
+(``profile={"max_input_tokens": ...}``) makes deepagents' summarization middleware
+trigger every few turns (it calls the same scripted model for the summary).
+
+Each saver runs the same session on its own thread: ours (``DeltaPostgresSaver``), the
+official ``PostgresSaver`` 3.2 and ``InMemorySaver``, turn ``i`` for every saver before
+turn ``i + 1`` (the order rotates each turn), each turn timed as ``invoke``. Then, in
+interleaved rounds (:class:`.common.Interleaved`), through the graph:
+
+* ``get_state`` of the thread's head: ours on the saver that ran the session (warm), ours
+  on a new saver (its first call), ours with ``cache_bytes=0``, the official saver, and
+  ``InMemorySaver``;
+* a history page, ``get_state_history(limit=10)``;
+* a whole history pass, every entry of ``get_state_history``.
+
+Final states are compared across savers (with generated ids and timestamps -- the
+summarization session id, file timestamps -- normalized: they differ between any two
+runs of the agent, whatever the saver).
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+
+from .. import DeltaPostgresSaver
+from ..migrate import migrate
+from .common import Interleaved, connect_official, connect_ours, ratio_summary, summary
+
+PAGE = 10
+
+
+@dataclass(frozen=True)
+class AgentScale:
+    turns: int
+    max_input_tokens: int  # the scripted model's context window: summarization's trigger
+    rounds: int
+    history_rounds: int
+
+
+SCALES = {
+    "full": AgentScale(150, 20_000, 7, 3),
+    "quick": AgentScale(30, 8_000, 3, 3),
+    "tiny": AgentScale(6, 4_000, 2, 2),
+}
+
+SAVERS_RUN = ("ours", "official", "inmemory")
+SAVERS_READ = ("ours_warm", "ours", "ours_nocache", "official", "inmemory")
+
+
+def available() -> bool:
+    """Whether the optional ``agent`` extra (deepagents) is installed."""
+    try:
+        import deepagents  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _cfg(thread_id: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def build_agent(checkpointer: Any, max_input_tokens: int) -> tuple[Any, Any]:
+    """The deep agent on ``checkpointer`` and its scripted model."""
+    from deepagents import create_deep_agent
+
+    from .scripted_model import ScriptedChatModel
+
+    model = ScriptedChatModel(profile={"max_input_tokens": max_input_tokens})
+    return create_deep_agent(model=model, checkpointer=checkpointer), model
+
+
+_UUID = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}")
+_TS = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?([+-]\d{2}:\d{2}|Z)?")
+
+
+def normalized(v: Any) -> Any:
+    """``v`` with generated ids and timestamps replaced by placeholders."""
+    from langchain_core.messages import BaseMessage
+
+    if isinstance(v, BaseMessage):
+        return (type(v).__name__, normalized(v.model_dump()))
+    if isinstance(v, dict):
+        return {normalized(k): normalized(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [normalized(x) for x in v]
+    if isinstance(v, str):
+        return _TS.sub("<ts>", _UUID.sub("<id>", v))
+    return v
+
+
+def _turn_inputs(i: int) -> dict[str, Any]:
+    from langchain_core.messages import HumanMessage
+
+    from .scripted_model import user_text
+
+    return {"messages": [HumanMessage(user_text(i), id=f"user-{i}")]}
+
+
+def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str, Any]:
+    """``dsn``: an empty database (migrated here; both Postgres savers share it)."""
+    import psycopg
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    sc = SCALES[scale_name]
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        migrate(admin)
+    ours_conn, off_conn = connect_ours(dsn), connect_official(dsn)
+    out: dict[str, Any] = {
+        "turns": sc.turns, "max_input_tokens": sc.max_input_tokens, "rounds": sc.rounds,
+        "history_rounds": sc.history_rounds,
+    }
+    try:
+        warm = DeltaPostgresSaver(ours_conn)
+        run_savers: dict[str, Any] = {
+            "ours": warm, "official": PostgresSaver(off_conn), "inmemory": InMemorySaver(),
+        }
+        built = {k: build_agent(s, sc.max_input_tokens) for k, s in run_savers.items()}
+        graphs = {k: g for k, (g, _) in built.items()}
+        threads = {k: f"agent-{k}" for k in SAVERS_RUN}
+        out["channels"] = {
+            k: type(c).__name__ for k, c in graphs["ours"].channels.items()
+            if not k.startswith(("branch:", "__"))
+        }
+
+        # -------- the session, turn by turn, interleaved across savers
+        log(f"  agent: {sc.turns} turns on {', '.join(SAVERS_RUN)} (interleaved)")
+        lat: dict[str, list[float]] = {k: [] for k in SAVERS_RUN}
+        names = list(SAVERS_RUN)
+        for i in range(sc.turns):
+            order = names[i % len(names):] + names[: i % len(names)]
+            for k in order:
+                gc.collect()
+                t0 = time.perf_counter()
+                graphs[k].invoke(_turn_inputs(i), _cfg(threads[k]))
+                lat[k].append(time.perf_counter() - t0)
+            if (i + 1) % 25 == 0 or i + 1 == sc.turns:
+                log(f"    turn {i + 1}: " + ", ".join(
+                    f"{k} {lat[k][-1] * 1000:.0f} ms" for k in SAVERS_RUN))
+        out["turn_latency"] = {
+            "stats": {k: summary(v) for k, v in lat.items()},
+            "total_s": {k: sum(v) for k, v in lat.items()},
+            "ours_over_official": ratio_summary(
+                [a / b for a, b in zip(lat["ours"], lat["official"], strict=True)]),
+            "ours_over_inmemory": ratio_summary(
+                [a / b for a, b in zip(lat["ours"], lat["inmemory"], strict=True)]),
+            # the second half: the turns where the thread is long (the loads that grow)
+            "ours_over_official_2nd_half": ratio_summary(
+                [a / b for a, b in zip(lat["ours"], lat["official"], strict=True)][sc.turns // 2:]),
+        }
+        # model calls by kind (main / subagent / summary): subagents and summarization ran
+        out["model_calls"] = {k: dict(m.calls) for k, (_, m) in built.items()}
+
+        # -------- the state each saver ends with
+        finals = {k: graphs[k].get_state(_cfg(threads[k])) for k in SAVERS_RUN}
+        head = finals["ours"].values
+        out["state"] = {
+            "messages": len(head.get("messages", [])),
+            "files": len(head.get("files", {})),
+            "summarized": head.get("_summarization_event") is not None,
+            # of the root namespace (the subagent's runs checkpoint in their own)
+            "checkpoints": {
+                k: sum(1 for _ in run_savers[k].list(
+                    {"configurable": {"thread_id": threads[k], "checkpoint_ns": ""}}
+                )) for k in SAVERS_RUN
+            },
+        }
+        norm = {k: normalized(f.values) for k, f in finals.items()}
+        out["states_equal"] = norm["ours"] == norm["official"] == norm["inmemory"]
+        del finals, norm, head
+
+        def reader(name: str) -> Callable[[], Any]:
+            """Untimed: the graph whose saver the timed call reads through."""
+            if name == "ours_warm":
+                return lambda: graphs["ours"]
+            if name == "ours":
+                return lambda: graphs["ours"].copy({"checkpointer": DeltaPostgresSaver(ours_conn)})
+            if name == "ours_nocache":
+                return lambda: graphs["ours"].copy(
+                    {"checkpointer": DeltaPostgresSaver(ours_conn, cache_bytes=0)})
+            if name == "official":
+                return lambda: graphs["official"].copy({"checkpointer": PostgresSaver(off_conn)})
+            return lambda: graphs["inmemory"]
+
+        def thread_of(name: str) -> str:
+            return threads["ours" if name.startswith("ours") else name]
+
+        # the whole histories agree before anything is timed (ours without the cache at
+        # the smaller scales: at 150 turns a whole pass takes minutes per saver)
+        checked = ("ours_warm", "official", "inmemory") + (
+            ("ours_nocache",) if sc.turns <= 30 else ())
+        hist = {
+            n: [normalized(s.values) for s in reader(n)().get_state_history(_cfg(thread_of(n)))]
+            for n in checked
+        }
+        out["histories_equal"] = all(hist[n] == hist["ours_warm"] for n in checked)
+        out["history_entries"] = len(hist["ours_warm"])
+        del hist
+
+        # (the timed call, rounds, warm-up calls): a whole pass is long and warmed by the
+        # check above
+        ops: dict[str, tuple[Callable[[Any, str], Any], int, int]] = {
+            "get_state": (lambda g, t: g.get_state(_cfg(t)).values, sc.rounds, 1),
+            "history_page": (
+                lambda g, t: [s.values for s in g.get_state_history(_cfg(t), limit=PAGE)],
+                sc.rounds, 1,
+            ),
+            "history_all": (
+                lambda g, t: [s.values for s in g.get_state_history(_cfg(t))],
+                sc.history_rounds, 0,
+            ),
+        }
+        for what, (op, rounds, warmup) in ops.items():
+            iv = Interleaved()
+            iv.run(
+                {
+                    n: (reader(n), lambda g, n=n, op=op: op(g, thread_of(n)))
+                    for n in SAVERS_READ
+                },
+                rounds,
+                warmup=warmup,
+            )
+            out[what] = {
+                "stats": {n: iv.stats(n) for n in SAVERS_READ},
+                "official_over": {n: iv.ratio("official", n) for n in SAVERS_READ
+                                  if n != "official"},
+                "ours_warm_over_inmemory": iv.ratio("ours_warm", "inmemory"),
+            }
+            r = out[what]
+            over = r["official_over"]
+            log(
+                f"  agent {what}: official/ours warm {over['ours_warm']['median']:.2f}x, "
+                f"new saver {r['official_over']['ours']['median']:.2f}x, "
+                f"cache_bytes=0 {r['official_over']['ours_nocache']['median']:.2f}x, "
+                f"ours warm/InMemorySaver {r['ours_warm_over_inmemory']['median']:.2f}x "
+                f"(ours warm {r['stats']['ours_warm']['median_ms']:.1f} ms, "
+                f"official {r['stats']['official']['median_ms']:.1f} ms)"
+            )
+        tl = out["turn_latency"]
+        log(
+            f"  agent turns: ours/official {tl['ours_over_official']['median']:.2f}x "
+            f"(2nd half {tl['ours_over_official_2nd_half']['median']:.2f}x), "
+            f"ours/InMemorySaver {tl['ours_over_inmemory']['median']:.2f}x; "
+            f"states equal: {out['states_equal']}, histories equal: {out['histories_equal']}"
+        )
+    finally:
+        ours_conn.close()
+        off_conn.close()
+    if not out["states_equal"] or not out["histories_equal"]:
+        raise AssertionError(
+            "agent workload: the savers' states differ "
+            f"(final {out['states_equal']}, history {out['histories_equal']})"
+        )
+    return out
+
+
+
+def run_alone(
+    args: Any, scale: str, server: Callable[[str | None], Any], command: str
+) -> dict[str, Any]:
+    """``langgraph-delta-pg bench --only agent``: this part alone, on a scratch database
+    of the same server the full run uses."""
+    import uuid
+
+    import psycopg
+
+    from .common import machine_facts, scratch_database
+
+    res: dict[str, Any] = {"command": command, "scale": scale}
+    with server(args.dsn) as (server_dsn, source), scratch_database(
+        server_dsn, uuid.uuid4().hex[:10]
+    ) as (dsn, where):
+        res["database"] = {"source": source, "scratch": where}
+        with psycopg.connect(dsn, autocommit=True) as meter:
+            res["machine"] = machine_facts(meter)
+        t0 = time.perf_counter()
+        res["agent"] = run_agent(dsn, scale, lambda m: print(m, flush=True))
+        res["agent"]["seconds"] = time.perf_counter() - t0
+    return res
+
+
+def headline(res: dict[str, Any]) -> dict[str, Any]:
+    """The headline line of the agent section (none when it did not run)."""
+    a = res.get("agent")
+    if not a:
+        return {}
+    gs, ha = a["get_state"], a["history_all"]
+    return {
+        "agent": {
+            "turns": a["turns"],
+            "get_state_official_over_ours_warm": gs["official_over"]["ours_warm"]["median"],
+            "get_state_official_over_ours_new": gs["official_over"]["ours"]["median"],
+            "get_state_official_over_ours_nocache": gs["official_over"]["ours_nocache"]["median"],
+            "get_state_ours_warm_over_inmemory": gs["ours_warm_over_inmemory"]["median"],
+            "history_all_official_over_ours_warm": ha["official_over"]["ours_warm"]["median"],
+            "history_all_official_over_ours_new": ha["official_over"]["ours"]["median"],
+            "turn_ours_over_official": a["turn_latency"]["ours_over_official"]["median"],
+            "states_equal": a["states_equal"],
+        }
+    }

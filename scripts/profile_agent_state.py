@@ -1,0 +1,140 @@
+"""Where get_state's time goes on the agent session: LangGraph's own work vs the saver's.
+
+    python scripts/profile_agent_state.py [--dsn DSN] [--turns 150] [--rounds 21] [--cprofile]
+
+Runs the bench's deepagents session (``langgraph_delta_postgres._bench.agent``: scripted
+model, no network) for ``--turns`` turns on ours (``DeltaPostgresSaver``), the official
+``PostgresSaver`` and ``InMemorySaver`` (each on its own thread; without --dsn on the
+embedded Postgres, in a scratch schema for ours and the official saver's tables in a
+scratch database... both in one scratch database, dropped afterwards), then times
+``graph.get_state`` of the head, warm (the saver that ran the session), in interleaved
+rounds. Each saver's methods that LangGraph calls during ``get_state`` (``get_tuple``,
+``get_delta_channel_history``) are wrapped with a timer: "saver" is the time inside
+them, "langgraph" the rest of the call (building the channels, replaying the delta
+writes with the reducer, preparing the next tasks, the snapshot). Prints medians (ms)
+and the ceiling each saver's LangGraph part puts on official/ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import gc
+import pstats
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.postgres import PostgresSaver
+
+from langgraph_delta_postgres import DeltaPostgresSaver
+from langgraph_delta_postgres._bench.agent import SCALES, _cfg, _turn_inputs, build_agent
+from langgraph_delta_postgres._bench.common import connect_official, connect_ours
+from langgraph_delta_postgres._embedded import embedded_postgres
+from langgraph_delta_postgres.migrate import migrate
+
+TIMED = ("get_tuple", "get_delta_channel_history")
+
+
+class SaverClock:
+    """Time spent inside the wrapped methods of one saver object."""
+
+    def __init__(self, saver: Any) -> None:
+        self.seconds = 0.0
+        for name in TIMED:
+            inner = getattr(saver, name)
+            setattr(saver, name, self._wrap(inner))
+
+    def _wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*a: Any, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                self.seconds += time.perf_counter() - t0
+
+        return timed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dsn")
+    ap.add_argument("--turns", type=int, default=150)
+    ap.add_argument("--rounds", type=int, default=21)
+    ap.add_argument("--cprofile", action="store_true",
+                    help="also print cProfile's top functions of ours' timed calls")
+    args = ap.parse_args()
+    prof = cProfile.Profile() if args.cprofile else None
+    db = f"lgdp_profile_{uuid.uuid4().hex[:8]}"
+    with contextlib.ExitStack() as stack:
+        server = args.dsn or stack.enter_context(embedded_postgres())
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{db}"')
+
+        def drop() -> None:
+            with psycopg.connect(server, autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+        stack.callback(drop)
+        dsn = psycopg.conninfo.make_conninfo(server, dbname=db)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            migrate(conn)
+        ours_conn, off_conn = connect_ours(dsn), connect_official(dsn)
+        stack.callback(ours_conn.close)
+        stack.callback(off_conn.close)
+        savers: dict[str, Any] = {
+            "ours": DeltaPostgresSaver(ours_conn), "official": PostgresSaver(off_conn),
+            "inmemory": InMemorySaver(),
+        }
+        tokens = SCALES["full"].max_input_tokens
+        graphs = {k: build_agent(s, tokens)[0] for k, s in savers.items()}
+        for i in range(args.turns):
+            for k, g in graphs.items():
+                g.invoke(_turn_inputs(i), _cfg(f"agent-{k}"))
+        clocks = {k: SaverClock(s) for k, s in savers.items()}
+        total: dict[str, list[float]] = {k: [] for k in savers}
+        inside: dict[str, list[float]] = {k: [] for k in savers}
+        names = list(savers)
+        for k in names:  # warm-up, untimed
+            graphs[k].get_state(_cfg(f"agent-{k}"))
+        for r in range(args.rounds):
+            for k in names[r % 3:] + names[: r % 3]:
+                gc.collect()
+                clocks[k].seconds = 0.0
+                if prof is not None and k == "ours":
+                    prof.enable()
+                t0 = time.perf_counter()
+                graphs[k].get_state(_cfg(f"agent-{k}"))
+                total[k].append(time.perf_counter() - t0)
+                if prof is not None and k == "ours":
+                    prof.disable()
+                inside[k].append(clocks[k].seconds)
+    print(f"get_state of the head, warm, {args.turns}-turn deepagents session, median of "
+          f"{args.rounds} interleaved rounds (ms)\n")
+    print("| saver | get_state | inside the saver | LangGraph's own |")
+    print("|---|---|---|---|")
+    med = {}
+    for k in names:
+        t, s = statistics.median(total[k]), statistics.median(inside[k])
+        lg = statistics.median([a - b for a, b in zip(total[k], inside[k], strict=True)])
+        med[k] = (t, s, lg)
+        print(f"| {k} | {t * 1000:.2f} | {s * 1000:.2f} | {lg * 1000:.2f} |")
+    t_off, _, _ = med["official"]
+    _, s_ours, lg_ours = med["ours"]
+    print(f"\nofficial/ours {t_off / med['ours'][0]:.2f}x; ours/InMemorySaver "
+          f"{med['ours'][0] / med['inmemory'][0]:.2f}x; ceiling (ours' saver part at 0): "
+          f"official/ours {t_off / lg_ours:.2f}x")
+    pairs = [a / b for a, b in zip(total["official"], total["ours"], strict=True)]
+    print(f"round-by-round official/ours: {statistics.median(pairs):.2f}x")
+    if prof is not None:
+        print("\nours, cProfile of the timed calls (all rounds), by internal time:")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(15)
+
+
+if __name__ == "__main__":
+    main()
