@@ -118,9 +118,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write DIR/benchmarks.md and DIR/img/*.png (plots)")
     p.add_argument("--scale", choices=("full", "quick", "tiny"), help=argparse.SUPPRESS)
     p.add_argument(
-        "--only", choices=("retention", "load", "agent"),
+        "--only", choices=("retention", "load", "agent", "replicas"),
         help="run only this part of the benchmark (agent: a deepagents session, needs the "
-        "'agent' extra: " + AGENT_INSTALL_HINT + ")",
+        "'agent' extra: " + AGENT_INSTALL_HINT + "; replicas: starts a hot standby of the "
+        "server, see docs/replicas.md)",
     )
 
 
@@ -193,6 +194,10 @@ def run(args: argparse.Namespace) -> int:
             from .retention import run_alone
 
             results = run_alone(args, scale_name, _server, _command_line(args))
+        elif getattr(args, "only", None) == "replicas":
+            from .replicas import run_alone as run_replicas_alone
+
+            results = run_replicas_alone(args, scale_name, _server, _command_line(args))
         elif getattr(args, "only", None) == "agent":
             from .agent import run_alone as run_agent_alone
 

@@ -42,6 +42,7 @@ def referenced() -> set[str]:
     # the modules of the flat layout before the subpackages (the benchmark's own, then
     # under _bench/, were not read)
     modules = [*PACKAGE.glob("*.py"), *PACKAGE.glob("_ops/*.py"), *PACKAGE.glob("cli/*.py"),
+               *PACKAGE.glob("replicas/*.py"),
                PACKAGE / "bench" / "main.py"]
     for py in modules:
         for lit in re.findall(r"""["']([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)?)["']""",

@@ -1,0 +1,331 @@
+"""A streaming hot standby of a Postgres, started from the same server binaries, for the
+replica tests (tests/plugins/standby.py) and ``langgraph-delta-pg bench --only replicas``.
+
+Postgres's own physical replication: ``pg_basebackup -R -X stream`` copies the primary's
+cluster and writes ``primary_conninfo`` + ``standby.signal``; ``pg_ctl start`` runs it as
+a hot standby on a Unix socket of its own. Needs, on the primary: ``wal_level`` replica
+or logical, a free WAL sender (``max_wal_senders``), a role with the REPLICATION
+attribute (a superuser has it) and a ``replication`` line in ``pg_hba.conf`` (initdb's
+default has one for local and loopback connections); here: ``pg_basebackup``,
+``pg_ctl`` and ``postgres`` of the primary's major version (the embedded server's own
+directory, ``/usr/lib/postgresql/<major>/bin``, or ``PATH``). :func:`why_not` says which
+of these is missing, in one line, without starting anything.
+
+As root, the standby runs as the OS user that owns the primary's data directory (the
+server refuses to run as root). A watchdog process (:mod:`._watchdog`) stops it and
+removes its directory if the process that started it dies without cleaning up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from . import _watchdog
+
+#: settings a hot standby must have at least as high as its primary (Postgres refuses
+#: to start, or pauses recovery, otherwise)
+_AT_LEAST_PRIMARY = (
+    "max_connections", "max_worker_processes", "max_wal_senders",
+    "max_prepared_transactions", "max_locks_per_transaction",
+)
+
+
+class StandbyUnavailable(RuntimeError):
+    """A standby of this primary cannot be started here; the message says why."""
+
+
+@dataclass
+class _Plan:
+    bindir: Path
+    os_user: str | None  # None: run as ourselves
+    port: str
+    settings: dict[str, str]
+
+
+def lsn_int(lsn: str) -> int:
+    """``'16/B374D848'`` -> an int that orders like the LSN."""
+    hi, lo = lsn.split("/")
+    return (int(hi, 16) << 32) | int(lo, 16)
+
+
+def _major_of_binary(path: Path) -> int | None:
+    try:
+        out = subprocess.run([str(path), "--version"], capture_output=True, text=True,
+                             timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for word in out.split():
+        head = word.split(".")[0]
+        if head.isdigit():
+            return int(head)
+    return None
+
+
+def _bindir(major: int) -> Path | None:
+    candidates: list[Path] = []
+    with contextlib.suppress(Exception):
+        from pgserver._commands import POSTGRES_BIN_PATH
+
+        candidates.append(Path(POSTGRES_BIN_PATH))
+    candidates.append(Path(f"/usr/lib/postgresql/{major}/bin"))
+    if (on_path := shutil.which("pg_ctl")) is not None:
+        candidates.append(Path(os.path.realpath(on_path)).parent)
+    for d in candidates:
+        need = [d / n for n in ("pg_basebackup", "pg_ctl", "postgres")]
+        if all(p.is_file() and os.access(p, os.X_OK) for p in need):
+            if _major_of_binary(d / "postgres") == major:
+                return d
+    return None
+
+
+def _plan(primary_dsn: str) -> _Plan:
+    try:
+        with psycopg.connect(primary_dsn, autocommit=True, connect_timeout=10) as conn:
+            row = conn.execute(
+                "SELECT current_setting('server_version_num')::int / 10000, "
+                "current_setting('wal_level'), current_setting('port'), "
+                "(SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user), "
+                "pg_is_in_recovery()"
+            ).fetchone()
+            assert row is not None
+            major, wal_level, port, can_replicate, in_recovery = row
+            settings = {
+                name: str(conn.execute("SELECT current_setting(%s)", (name,)).fetchone()[0])  # type: ignore[index]
+                for name in _AT_LEAST_PRIMARY
+            }
+            data_dir: str | None = None
+            with contextlib.suppress(psycopg.Error):
+                data_dir = str(conn.execute("SHOW data_directory").fetchone()[0])  # type: ignore[index]
+    except psycopg.Error as e:
+        raise StandbyUnavailable(f"the primary is not reachable ({str(e).strip()[:200]})") from e
+    if in_recovery:
+        raise StandbyUnavailable("the server is itself a standby")
+    if wal_level not in ("replica", "logical"):
+        raise StandbyUnavailable(f"the primary runs with wal_level={wal_level} (needs replica)")
+    if not can_replicate:
+        raise StandbyUnavailable("the primary's role has no REPLICATION attribute")
+    bindir = _bindir(int(major))
+    if bindir is None:
+        raise StandbyUnavailable(
+            f"no pg_basebackup/pg_ctl/postgres of major version {major} found (embedded "
+            f"server, /usr/lib/postgresql/{major}/bin, PATH)"
+        )
+    os_user: str | None = None
+    if os.geteuid() == 0:
+        owner = None
+        if data_dir is not None:
+            with contextlib.suppress(OSError, KeyError):
+                owner = pwd.getpwuid(os.stat(data_dir).st_uid).pw_name
+        if owner is None or owner == "root":
+            for name in ("postgres", "pgserver"):
+                with contextlib.suppress(KeyError):
+                    pwd.getpwnam(name)
+                    owner = name
+                    break
+        if owner is None or owner == "root":
+            raise StandbyUnavailable("running as root and no postgres OS user to run a standby")
+        os_user = owner
+    return _Plan(bindir, os_user, str(port), settings)
+
+
+def why_not(primary_dsn: str) -> str | None:
+    """Why a standby of this primary cannot be started here (None: it can be tried)."""
+    try:
+        _plan(primary_dsn)
+    except StandbyUnavailable as e:
+        return str(e)
+    return None
+
+
+@dataclass
+class Standby:
+    """A running hot standby. ``dsn_for(dbname)`` connects to one of its databases."""
+
+    primary_dsn: str
+    directory: Path
+    plan: _Plan
+    dsn: str = ""
+    log: Path = field(default_factory=Path)
+
+    @property
+    def data(self) -> Path:
+        return self.directory / "data"
+
+    def dsn_for(self, dbname: str) -> str:
+        params = conninfo_to_dict(self.dsn)
+        params["dbname"] = dbname
+        return make_conninfo(**params)  # type: ignore[arg-type]
+
+    def _cmd(self, *args: str, timeout: float = 120) -> str:
+        argv = list(args)
+        if self.plan.os_user is not None:
+            argv = ["runuser", "-u", self.plan.os_user, "--", *argv]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            said = " | ".join(
+                ln for ln in (done.stderr or done.stdout).strip().splitlines()
+                if "skipping special file" not in ln  # the embedded server's socket
+            )
+            raise StandbyUnavailable(
+                f"{Path(args[0]).name} failed ({done.returncode}): {said[-1500:]}"
+            )
+        return done.stdout
+
+    def start(self) -> None:
+        s = self.plan.settings
+        opts = [
+            "-c listen_addresses=''", f"-c unix_socket_directories='{self.directory}'",
+            f"-c port={self.plan.port}", "-c hot_standby=on", "-c fsync=off",
+            # a query the replay conflicts with is cancelled after this long (the default,
+            # 30 s, would hold replay back that long in the conflict test)
+            "-c max_standby_streaming_delay=500ms", "-c hot_standby_feedback=off",
+            "-c wal_receiver_status_interval=1s",
+            *(f"-c {k}={v}" for k, v in s.items()),
+        ]
+        self._cmd(str(self.plan.bindir / "pg_ctl"), "-D", str(self.data), "-l", str(self.log),
+                  "-w", "-t", "120", "-o", " ".join(opts), "start")
+
+    def stop(self) -> None:
+        """Stop the standby now (immediate shutdown, as a crash would)."""
+        with contextlib.suppress(StandbyUnavailable, subprocess.SubprocessError):
+            self._cmd(str(self.plan.bindir / "pg_ctl"), "-D", str(self.data), "-m",
+                      "immediate", "-w", "stop", timeout=60)
+
+    def running(self) -> bool:
+        try:
+            with psycopg.connect(self.dsn, autocommit=True, connect_timeout=3) as c:
+                c.execute("SELECT 1")
+            return True
+        except psycopg.Error:
+            return False
+
+    def admin(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.dsn, autocommit=True)
+
+    def pause(self) -> None:
+        """Stop replaying WAL (it is still received): the standby's data stands still."""
+        with self.admin() as c:
+            c.execute("SELECT pg_wal_replay_pause()")
+            # pause takes effect between records; wait until it has
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                state = c.execute("SELECT pg_get_wal_replay_pause_state()").fetchone()
+                if state is not None and state[0] == "paused":
+                    return
+                time.sleep(0.01)
+
+    def resume(self) -> None:
+        with self.admin() as c:
+            c.execute("SELECT pg_wal_replay_resume()")
+
+    def replay_lsn(self) -> int:
+        with self.admin() as c:
+            row = c.execute("SELECT pg_last_wal_replay_lsn()::text").fetchone()
+        assert row is not None and row[0] is not None
+        return lsn_int(row[0])
+
+    def catch_up(self, timeout: float = 60.0) -> None:
+        """Wait until the standby has replayed everything the primary wrote so far."""
+        with psycopg.connect(self.primary_dsn, autocommit=True) as p:
+            row = p.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+        assert row is not None
+        target = lsn_int(row[0])
+        deadline = time.monotonic() + timeout
+        while self.replay_lsn() < target:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the standby did not catch up in {timeout} s")
+            time.sleep(0.005)
+
+
+@contextlib.contextmanager
+def standby_of(primary_dsn: str) -> Iterator[Standby]:
+    """Start a hot standby of ``primary_dsn``'s cluster; stop it and remove its
+    directory on exit. Raises :class:`StandbyUnavailable` (one line) when it can't."""
+    plan = _plan(primary_dsn)
+    directory = Path(tempfile.mkdtemp(prefix="lgdp-standby-"))
+    if plan.os_user is not None:
+        pw = pwd.getpwnam(plan.os_user)
+        os.chown(directory, pw.pw_uid, pw.pw_gid)
+    directory.chmod(0o700)
+    sb = Standby(primary_dsn, directory, plan, log=directory / "log")
+    user = conninfo_to_dict(primary_dsn).get("user")
+    params = {"host": str(directory), "port": plan.port, "dbname": "postgres"}
+    if user:
+        params["user"] = str(user)
+    sb.dsn = make_conninfo(**params)
+    # A replication slot of its own, made before the backup starts: the primary keeps
+    # the WAL the standby has not received yet (without one, a checkpoint on a busy
+    # primary removed a segment the backup still had to stream, and a standby stopped
+    # for a test could not catch up after its restart). Dropped on exit; slots left by a
+    # process that died are dropped by the next start (see _drop_stale_slots).
+    slot = f"{SLOT_PREFIX}{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    _drop_stale_slots(primary_dsn)
+    guard = _watchdog.guard(sb.data, remove=False)
+    try:
+        for attempt in range(BACKUP_ATTEMPTS):
+            # A database created or dropped on the primary while the backup copies it
+            # can fail the copy (a file that vanished): try again, from scratch.
+            try:
+                sb._cmd(str(plan.bindir / "pg_basebackup"), "-d", primary_dsn, "-D",
+                        str(sb.data), "-R", "-X", "stream", "-C", "-S", slot, "-c", "fast",
+                        "--no-sync", timeout=600)
+                break
+            except StandbyUnavailable:
+                if attempt == BACKUP_ATTEMPTS - 1:
+                    raise
+                _drop_slot(primary_dsn, slot)
+                shutil.rmtree(sb.data, ignore_errors=True)
+                time.sleep(0.5 * (attempt + 1))
+        sb.start()
+        yield sb
+    finally:
+        sb.stop()
+        _drop_slot(primary_dsn, slot)
+        shutil.rmtree(directory, ignore_errors=True)
+        _watchdog.release(guard)
+
+
+#: replication slots of the standbys this module starts: PREFIX<pid>_<random>
+SLOT_PREFIX = "lgdp_standby_"
+#: pg_basebackup runs before giving up (see standby_of)
+BACKUP_ATTEMPTS = 4
+
+
+def _drop_slot(primary_dsn: str, slot: str) -> None:
+    with contextlib.suppress(psycopg.Error), psycopg.connect(
+        primary_dsn, autocommit=True, connect_timeout=10
+    ) as conn:
+        conn.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE slot_name = %s AND NOT active", (slot,)
+        )
+
+
+def _drop_stale_slots(primary_dsn: str) -> None:
+    """Drop inactive slots of standbys started on this machine by processes that are
+    gone (a test run killed before its cleanup): a slot nobody uses keeps WAL forever."""
+    with contextlib.suppress(psycopg.Error), psycopg.connect(
+        primary_dsn, autocommit=True, connect_timeout=10
+    ) as conn:
+        rows = conn.execute(
+            "SELECT slot_name FROM pg_replication_slots WHERE NOT active "
+            "AND slot_name LIKE %s", (SLOT_PREFIX.replace("_", r"\_") + "%",)
+        ).fetchall()
+        for (name,) in rows:
+            pid = name.removeprefix(SLOT_PREFIX).split("_")[0]
+            if pid.isdigit() and not _watchdog._alive(int(pid)):
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (name,))

@@ -1,0 +1,70 @@
+-- replicas: the statements of the routing saver (langgraph_delta_postgres/replicas.py)
+-- that decide whether a read may be answered by a streaming hot standby.
+--
+-- A standby's data is the primary's as of the WAL it has replayed. A checkpoint row never
+-- changes once written, so what a read needs is known to be final on the standby when:
+-- the standby has replayed past an LSN the caller knows covers the writes it must see
+-- (the routing saver's own writes, a token), or, for a read of a checkpoint by id, the
+-- checkpoint is there and (for its pending writes) has a child there. See docs/replicas.md.
+--
+-- Snapshots: a statement's snapshot is taken when it starts, and pg_last_wal_replay_lsn()
+-- is evaluated later, while it runs; so the replay position one statement reports is only
+-- known to be covered by the snapshot of a LATER statement. The routing saver runs `guard`
+-- on the connection that then runs the read, as the statement before it (replay never
+-- goes back while the connection lives; a restart of the standby ends the connection).
+
+-- name: guard
+-- Run on a standby before a routed read, on the connection that then runs it.
+-- Parameters: thread_id, checkpoint_ns text; checkpoint_id text (NULL: no checkpoint to
+--   look for; present and sealed are then false).
+-- Result columns: standby bool (pg_is_in_recovery(): false on a primary, or a promoted
+--   standby, which the saver then does not use as a replica); replay_lsn text (NULL when
+--   not a standby); present bool: the checkpoint is there; sealed bool: it has a child
+--   there. A child's id sorts above its parent's (uuid6 from the writing host's clock);
+--   a child written by a host whose clock is behind (contract 5a) is not found, so its
+--   parent counts as not sealed and the read goes to the primary: conservative.
+-- Indexes: checkpoints_pkey (the checkpoint; and the range of newer ids of the thread and
+--   namespace, in id order, for its child: typically the very next row).
+SELECT
+    pg_is_in_recovery() AS standby,
+    pg_last_wal_replay_lsn()::text AS replay_lsn,
+    EXISTS (
+        SELECT FROM {s}checkpoints AS c
+        WHERE c.thread_id = %(thread_id)s
+          AND c.checkpoint_ns = %(checkpoint_ns)s
+          AND c.checkpoint_id = %(checkpoint_id)s::text
+    ) AS present,
+    EXISTS (
+        SELECT FROM {s}checkpoints AS c
+        WHERE c.thread_id = %(thread_id)s
+          AND c.checkpoint_ns = %(checkpoint_ns)s
+          AND c.checkpoint_id > %(checkpoint_id)s::text
+          AND c.parent_checkpoint_id = %(checkpoint_id)s::text
+    ) AS sealed
+
+-- name: sealed_ids
+-- After a history page (list with before=) was read on a standby: which of its
+-- checkpoints have a child there (the page is kept only if all of them do: a checkpoint
+-- without a child may still receive pending writes).
+-- Parameters: thread_id text; checkpoint_ns, checkpoint_ids text[] (parallel: a list
+--   without a namespace may return rows of several).
+-- Result columns: checkpoint_ns, checkpoint_id text, one row per sealed checkpoint.
+-- Indexes: checkpoints_pkey, as in `guard`, per checkpoint of the page.
+SELECT u.checkpoint_ns, u.checkpoint_id
+FROM unnest(%(checkpoint_ns)s::text[], %(checkpoint_ids)s::text[])
+    AS u(checkpoint_ns, checkpoint_id)
+WHERE EXISTS (
+    SELECT FROM {s}checkpoints AS c
+    WHERE c.thread_id = %(thread_id)s
+      AND c.checkpoint_ns = u.checkpoint_ns
+      AND c.checkpoint_id > u.checkpoint_id
+      AND c.parent_checkpoint_id = u.checkpoint_id
+)
+
+-- name: primary_lsn
+-- On the primary: an LSN at or past the commit record of every transaction that has
+-- committed so far (the insert position: with synchronous_commit=off a commit returns
+-- before its record is written, so the write position could be behind it). A standby
+-- that has replayed up to it sees all of them. No parameters. Result column: lsn text.
+-- Touches no table.
+SELECT pg_current_wal_insert_lsn()::text AS lsn
