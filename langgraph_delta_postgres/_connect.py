@@ -24,7 +24,7 @@ GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan -c enable_seqscan=off -c 
 #: from_conn_string's default prepare_threshold (psycopg's own default).
 DEFAULT_PREPARE_THRESHOLD = 5
 #: Default budget of the decoded-value cache of get_delta_channel_history, per saver
-#: object (see _cache.py and docs/cache.md for how it was chosen).
+#: object (see _cache/policy.py and docs/cache.md for how it was chosen).
 DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
 #: from_conn_string's connect_timeout (seconds) when neither the DSN nor PGCONNECT_TIMEOUT
 #: sets one: without it a server that accepts TCP and never answers hangs it forever.

@@ -12,9 +12,9 @@ the other (a server resuming several long threads in turn): ``--load latest`` is
 run or get_state asks (``get_tuple`` of the latest checkpoint, then the history of both
 channels), ``--load loop`` the same at the last 10 checkpoints of each thread. Savers:
 one object each, kept across rounds, with ``cache_bytes`` = ``--budget``, 0 and the
-default (``--share`` sets ``_cache.MAX_SHARE``, the largest share of the budget one
+default (``--share`` sets ``_cache.policy.MAX_SHARE``, the largest share of the budget one
 bucket may take, and ``--admit`` the rule for giving a thread without a bucket one:
-``tinylfu``, the saver's, see _cache.py "Admission"; ``doorkeeper``, from its second
+``tinylfu``, the saver's, see _cache/policy.py "Admission"; ``doorkeeper``, from its second
 call on, least recently used evicted; ``always``, every thread that fits MAX_SHARE, as
 before admission existed, to compare admission rules); rounds are interleaved
 (``bench.common.Interleaved``) and the ratio to ``cache_bytes=0`` is taken round by
@@ -68,14 +68,14 @@ def main() -> None:
     from langgraph_delta_postgres import _cache
 
     if args.share is not None:
-        _cache.MAX_SHARE = args.share
+        _cache.policy.MAX_SHARE = args.share
     if args.admit != "tinylfu":
         doorkeeper = args.admit == "doorkeeper"
 
         def admit(self: _cache.HistoryCache, key: tuple[str, str], size: int | None) -> bool:
             return not doorkeeper or self._freq.get(key, 0) >= 2
 
-        _cache.HistoryCache._admit = admit  # type: ignore[method-assign]
+        _cache.HistoryCache._admit = admit  # type: ignore[method-assign, assignment]
     with contextlib.ExitStack() as stack:
         dsn = args.dsn or stack.enter_context(embedded_postgres())
         with psycopg.connect(dsn, autocommit=True) as admin:

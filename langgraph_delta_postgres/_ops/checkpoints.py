@@ -132,7 +132,7 @@ def _op_get_tuple(ctx: SaverCore, config: RunnableConfig) -> Op[CheckpointTuple 
         )
         if not rows:
             return None
-        with gc_paused():  # see _cache.gc_paused
+        with gc_paused():  # see _cache/store.py, gc_paused
             return row_to_tuple(ctx, rows[0])
     cache = ctx.history_cache
     plan = (
@@ -159,7 +159,7 @@ def _op_get_tuple(ctx: SaverCore, config: RunnableConfig) -> Op[CheckpointTuple 
         _PREFETCH.set(_Prefetch(ctx, key, channels, plan, hist))
     else:
         _PREFETCH.set(None)
-    with gc_paused():  # see _cache.gc_paused
+    with gc_paused():  # see _cache/store.py, gc_paused
         return row_to_tuple(ctx, row)
 
 
@@ -229,7 +229,7 @@ def _list(
         parts.append(q["checkpoints.keys_end"])
     parts.append(q["checkpoints.tuples_of"])
     rows = yield Stmt(sql.SQL(" ").join(parts), params, binary=True)
-    with gc_paused():  # see _cache.gc_paused
+    with gc_paused():  # see _cache/store.py, gc_paused
         tuples = [row_to_tuple(ctx, r) for r in rows]
     if rows and config is not None:
         _PREFETCH.set(_Listed(ctx, params["thread_id"], rows, ctx.max_history_depth))

@@ -34,7 +34,7 @@ def _op_delta_history(
     pre = _PREFETCH.get()
     if isinstance(pre, _Listed):
         if pre.saver is ctx and pre.thread_id == thread_id and checkpoint_id:
-            with gc_paused():  # see _cache.gc_paused
+            with gc_paused():  # see _cache/store.py, gc_paused
                 got_listed = pre.answer(ns, checkpoint_id, wanted, ctx.serde.loads_typed)
             if got_listed is not None:
                 ctx._walk.answered(prefetched=True, uncached=False)
@@ -104,7 +104,7 @@ def rows_to_history(
     loads = ctx.serde.loads_typed
     result: dict[str, DeltaChannelHistory] = {ch: {"writes": []} for ch in channels}
     appenders = {ch: entry["writes"].append for ch, entry in result.items()}
-    with gc_paused():  # see _cache.gc_paused
+    with gc_paused():  # see _cache/store.py, gc_paused
         for row in rows:
             kind, channel, task_id, type_, blob, inline = row[:6]
             if kind == "w":

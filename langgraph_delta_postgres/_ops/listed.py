@@ -34,7 +34,7 @@ class _Listed:
 
     Every value is decoded once (``serde.loads_typed``) and kept pickled; each answer
     unpickles its own copies, so no two answers, and no answer and a listed tuple, share
-    a mutable object (the cache's isolation rule, _cache.py). Inline seeds are str, int,
+    a mutable object (the cache's isolation rule, _cache/store.py). Inline seeds are str, int,
     float or bool: immutable."""
 
     __slots__ = ("saver", "thread_id", "max_depth", "rows", "_writes", "_seeds", "broken")

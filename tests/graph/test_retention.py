@@ -513,7 +513,7 @@ def test_prune_and_delete_for_runs_clear_this_savers_cache(dsn: str) -> None:
         assert len(cache) == 1
         assert observe(g, T("A")) == before["A"]
         # forgotten, A is a thread the cache has not seen: get_tuple's first load of it
-        # builds no bucket (_cache.py, "A thread's first load"), its next call does
+        # builds no bucket (_cache/policy.py, "A thread's first load"), its next call does
         assert len(cache) == 1
         assert observe(g, T("A")) == before["A"]
         assert len(cache) == 2

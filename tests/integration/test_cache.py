@@ -353,7 +353,7 @@ def test_admission_keeps_threads_loaded_in_turn_from_thrashing(dsn: str) -> None
         for t in threads:
             load(t)
         # a thread's first load (get_tuple) gets no bucket: each answered as without a
-        # cache, its size remembered (see _cache "A thread's first load")
+        # cache, its size remembered (see _cache/policy.py "A thread's first load")
         assert not cache._buckets and cache.refused == 6 and through_cache == []
         for t in threads:
             load(t)

@@ -1,4 +1,4 @@
-"""_cache.gc_paused: the collector is paused inside and left as it was found after,
+"""_cache.store.gc_paused: the collector is paused inside and left as it was found after,
 also when the body raises, and an application that turned it off keeps it off."""
 
 from __future__ import annotations
