@@ -26,9 +26,18 @@
 --       point order, as Python compares strings)
 --   send_types text[], send_blobs bytea[]   for a checkpoint older than format v4 only:
 --       the parent's TASKS writes, which LangGraph then kept as pending sends
+--   blob_tokens text[]   per blob: channel || chr(31) || version || chr(31) || the blob
+--       row's xmin, the key of its decoded value (the same token as a history seed's,
+--       delta_history.sql; a thread deleted and written again has new xmins)
 --   stored_channels text[]   with `listed_claims` only: the row's claims (NULL: a row
 --       another saver wrote)
--- Parameters: %(tasks)s (the TASKS channel name) and those of the chosen predicates.
+-- Parameters: %(tasks)s (the TASKS channel name), %(held_values)s text[] (see below) and
+-- those of the chosen predicates.
+--
+-- Values the client holds: %(held_values)s lists the tokens of blobs whose decoded value
+-- the client already holds (the saver's cache, _cache/store.py: a snapshot carried over
+-- from checkpoint to checkpoint, or the seed of a history it read); such a blob comes as
+-- NULL in blob_values, with its token in blob_tokens. Empty: every blob is sent.
 -- Indexes: checkpoints_pkey for the predicates (list without a thread scans);
 -- checkpoint_blobs_pkey per channel version; checkpoint_writes_pkey prefix per checkpoint.
 
@@ -48,7 +57,8 @@ SELECT
     wr.types AS write_types,
     wr.blobs AS write_blobs,
     se.types AS send_types,
-    se.blobs AS send_blobs
+    se.blobs AS send_blobs,
+    bl.tokens AS blob_tokens
 
 -- name: listed_claims
 -- list of a thread only (between `select_tuples` and `from_checkpoints`): the rows'
@@ -74,11 +84,16 @@ FROM (
 CROSS JOIN LATERAL (
     SELECT array_agg(b.channel) AS channels,
            array_agg(b.type) AS types,
-           array_agg(b.blob) AS blobs
+           -- a blob the client holds decoded is named by its token, not sent (no
+           -- transfer, no TOAST decompression): see "Values the client holds" above
+           array_agg(CASE WHEN b.token = ANY (%(held_values)s::text[]) THEN NULL
+                          ELSE b.blob END) AS blobs,
+           array_agg(b.token) AS tokens
     FROM jsonb_each_text(c.checkpoint -> 'channel_versions') AS v
     CROSS JOIN LATERAL (
         -- LIMIT 1 keeps this a primary-key lookup per channel, whatever the statistics
-        SELECT x.channel, x.type, x.blob
+        SELECT x.channel, x.type, x.blob,
+               x.channel || chr(31) || x.version || chr(31) || x.xmin::text AS token
         FROM {s}checkpoint_blobs AS x
         WHERE x.thread_id = c.thread_id
           AND x.checkpoint_ns = c.checkpoint_ns

@@ -14,6 +14,7 @@ from langgraph.checkpoint.base import DeltaChannelHistory
 from .policy import Budget, estimate
 from .store import (
     BUCKET_OVERHEAD,
+    ENTRY_OVERHEAD,
     NODE_OVERHEAD,
     SEP,
     NewWrites,
@@ -26,6 +27,7 @@ from .store import (
     chain,
     gc_paused,
     hand_out,
+    held_values,
     segments,
 )
 
@@ -80,7 +82,67 @@ class HistoryCache(Budget):
                     held_ids.append(cid)
                     held_tokens += tokens
             seeds = {t: d for t, d in bucket.seeds.items() if t.split(SEP, 1)[0] in channels}
-        return Plan(bucket, key, held_ids, held_tokens, list(seeds), seeds)
+            held, seen = held_values(bucket)
+        return Plan(bucket, key, held_ids, held_tokens, list(seeds), seeds, held, seen)
+
+    def values_of(self, thread_id: str, ns: str) -> tuple[dict[str, bytes], dict[str, str]]:
+        """What the thread's bucket offers a tuple statement (see :func:`.store.held_values`;
+        empty without a bucket). Not a call on the thread for admission: list and get_tuple
+        by id only read what is there."""
+        with self._lock:
+            bucket = self._buckets.get((thread_id, ns))
+            if bucket is None:
+                return {}, {}
+            return held_values(bucket)
+
+    def keep_values(
+        self, plan: Plan, seen: dict[str, str], keep: dict[str, tuple[str, bytes]]
+    ) -> None:
+        """After a get_tuple through ``plan``: remember the token of each value it
+        decoded (``seen``: channel -> token) and keep the pickles of the values read a
+        second time (``keep``: channel -> (token, pickle)); one value per channel, a newer
+        token replaces the older (_ops/values.py)."""
+        bucket = plan.bucket
+        if bucket is None or not seen:
+            return
+        with self._lock:
+            current = self._buckets.get(plan.key)
+            size = sum(ENTRY_OVERHEAD + len(d) for _, d in keep.values())
+            size += ENTRY_OVERHEAD * len(seen)
+            added = 0
+            if current is None and bucket.nbytes == 0:
+                if not self._register(plan, size):
+                    return
+                added += BUCKET_OVERHEAD
+            elif current is not bucket:
+                return  # forgotten (or replaced) meanwhile
+            values = bucket.values
+            for ch, token in seen.items():
+                old = values.get(ch)
+                got = keep.get(ch)
+                if got is not None and bucket.nbytes + added + len(got[1]) > self.max_bucket:
+                    got = None  # not worth marking the thread outsized for
+                if old is not None:
+                    if old[0] == token and (got is None or old[1] is not None):
+                        continue
+                    added -= ENTRY_OVERHEAD + len(old[1] or b"")
+                values[ch] = got if got is not None else (token, None)
+                added += ENTRY_OVERHEAD + (len(got[1]) if got is not None else 0)
+            bucket.nbytes += added
+            self.nbytes += added
+            self._evict()
+
+    def _register(self, plan: Plan, size: int) -> bool:
+        """A new bucket of ``size`` bytes (overheads apart) for ``plan``'s thread, if
+        admission lets it in (the lock held)."""
+        total = BUCKET_OVERHEAD + size
+        if not self._admit(plan.key, total):
+            self._remember(plan.key, total)
+            return False
+        self._sizes.pop(plan.key, None)
+        assert plan.bucket is not None
+        self._buckets[plan.key] = plan.bucket
+        return True
 
     def answer(
         self,
@@ -163,14 +225,10 @@ class HistoryCache(Budget):
             bucket = plan.bucket
             assert bucket is not None
             current = self._buckets.get(plan.key)
-            if current is None and not bucket.nodes:
+            if current is None and bucket.nbytes == 0:
                 # a new bucket: the exact size has the last word on admission
-                total = BUCKET_OVERHEAD + exact
-                if not self._admit(plan.key, total):
-                    self._remember(plan.key, total)
+                if not self._register(plan, exact):
                     return
-                self._sizes.pop(plan.key, None)
-                self._buckets[plan.key] = bucket
                 added += BUCKET_OVERHEAD
             elif current is not bucket:
                 return  # forgotten (or replaced) while the statement ran

@@ -114,6 +114,9 @@ class _Bucket:
     ok: dict[str, set[str]] = field(default_factory=dict)
     #: seed token -> pickled seed value
     seeds: dict[str, bytes] = field(default_factory=dict)
+    #: channel -> (token, pickled value or None) of the blob get_tuple last read for it
+    #: (values of tuples, _ops/values.py: the pickle is kept from the second read on)
+    values: dict[str, tuple[str, bytes | None]] = field(default_factory=dict)
     tops: list[str] = field(default_factory=list)
     nbytes: int = 0
 
@@ -128,6 +131,11 @@ class Plan:
     held_tokens: list[str]
     seed_tokens: list[str]
     seeds: dict[str, bytes]
+    #: token -> pickled value, of the tuple blobs the statement need not send
+    #: (``checkpoints.tuples_of``'s held_values: the bucket's seeds and values)
+    held_values: dict[str, bytes] = field(default_factory=dict)
+    #: channel -> token of the value get_tuple last read (a second read is kept)
+    seen_values: dict[str, str] = field(default_factory=dict)
 
     def params(self) -> dict[str, Any]:
         return {
@@ -135,11 +143,24 @@ class Plan:
             "held_tokens": self.held_tokens,
             "seed_tokens": self.seed_tokens,
             "nodes": self.bucket is not None,
+            "held_values": list(self.held_values),
         }
 
 
 #: What a saver without a cache tells the statement (and a cache, for an outsized thread).
 NO_PLAN = Plan(None, ("", ""), [], [], [], {})
+
+
+def held_values(bucket: _Bucket) -> tuple[dict[str, bytes], dict[str, str]]:
+    """What a bucket offers the tuple statement: token -> pickled value (its seeds and
+    kept values), and channel -> token of the values get_tuple last read."""
+    held = dict(bucket.seeds)
+    seen: dict[str, str] = {}
+    for ch, (token, data) in bucket.values.items():
+        seen[ch] = token
+        if data is not None:
+            held[token] = data
+    return held, seen
 
 
 def chain(bucket: _Bucket, ch: str, top: str) -> tuple[list[tuple[bytes, int]], bytes | None]:

@@ -22,6 +22,7 @@ from .._checks import INT8_MAX, check_int, check_mapping
 from ..errors import CorruptCheckpointError
 from .base import _PREFETCH, Op, Row, Stmt, _configurable, _ns, _Prefetch, _thread_id
 from .listed import _Listed
+from .values import RowValues
 
 if TYPE_CHECKING:
     from .context import SaverCore
@@ -35,11 +36,13 @@ _TUPLE_COLUMNS = (
     "thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "checkpoint",
     "metadata", "blob_channels", "blob_types", "blob_values", "write_task_ids",
     "write_channels", "write_types", "write_blobs", "send_types", "send_blobs",
+    "blob_tokens",
 )
 
 
-def row_to_tuple(ctx: SaverCore, row: Row) -> CheckpointTuple:
-    """A row of ``checkpoints.select_tuples`` -> the CheckpointTuple (values decoded)."""
+def row_to_tuple(ctx: SaverCore, row: Row, decoder: RowValues) -> CheckpointTuple:
+    """A row of ``checkpoints.select_tuples`` -> the CheckpointTuple (values decoded, the
+    blobs through the call's ``decoder``: see _ops/values.py)."""
     loads = ctx.serde.loads_typed
     stored = row["checkpoint"]
     if (
@@ -56,10 +59,12 @@ def row_to_tuple(ctx: SaverCore, row: Row) -> CheckpointTuple:
     checkpoint: dict[str, Any] = dict(stored)
     values: dict[str, Any] = dict(checkpoint.get("channel_values") or {})
     if row["blob_channels"]:
-        for ch, typ, blob in zip(
-            row["blob_channels"], row["blob_types"], row["blob_values"], strict=True
+        scope = f"{row['thread_id']}\x1f{row['checkpoint_ns']}"
+        for ch, typ, blob, token in zip(
+            row["blob_channels"], row["blob_types"], row["blob_values"], row["blob_tokens"],
+            strict=True,
         ):
-            values[ch] = loads((typ, blob))
+            values[ch] = decoder.value(scope, ch, token, typ, blob)
     if row["send_types"]:
         # Checkpoints older than format v4 kept pending sends as the parent's TASKS
         # writes; LangGraph now expects them as the TASKS channel's value.
@@ -117,6 +122,7 @@ def _op_get_tuple(ctx: SaverCore, config: RunnableConfig) -> Op[CheckpointTuple 
     delta_history.tuple_history and :class:`.base._Prefetch`)."""
     thread_id, ns = _thread_id(config), _ns(config)
     checkpoint_id = get_checkpoint_id(config) or None
+    cache = ctx.history_cache
     if checkpoint_id is not None:
         # A checkpoint by id: the tuple alone. Callers also read ancestors one by one
         # by id (BaseCheckpointSaver's generic history walk, as langgraph-api's
@@ -124,17 +130,17 @@ def _op_get_tuple(ctx: SaverCore, config: RunnableConfig) -> Op[CheckpointTuple 
         # the depth; and the checkpoint a run or get_state loads, the one a
         # concurrent prune may supersede and delete, is the latest.
         _PREFETCH.set(None)
+        held, _ = cache.values_of(thread_id, ns) if cache is not None else ({}, {})
         rows = yield Stmt(
             ctx.tuple_by_id_query(),
             {"tasks": TASKS, "thread_id": thread_id, "checkpoint_ns": ns,
-             "checkpoint_id": checkpoint_id},
+             "checkpoint_id": checkpoint_id, "held_values": list(held)},
             binary=True,
         )
         if not rows:
             return None
         with gc_paused():  # see _cache/store.py, gc_paused
-            return row_to_tuple(ctx, rows[0])
-    cache = ctx.history_cache
+            return row_to_tuple(ctx, rows[0], RowValues(ctx.serde.loads_typed, held))
     plan = (
         cache.plan(thread_id, ns, None, None, admit_unseen=False)
         if cache is not None else NO_PLAN
@@ -159,8 +165,12 @@ def _op_get_tuple(ctx: SaverCore, config: RunnableConfig) -> Op[CheckpointTuple 
         _PREFETCH.set(_Prefetch(ctx, key, channels, plan, hist))
     else:
         _PREFETCH.set(None)
+    decoder = RowValues(ctx.serde.loads_typed, plan.held_values, plan.seen_values)
     with gc_paused():  # see _cache/store.py, gc_paused
-        return row_to_tuple(ctx, row)
+        got = row_to_tuple(ctx, row, decoder)
+    if cache is not None:
+        cache.keep_values(plan, decoder.sent, decoder.keep)
+    return got
 
 
 def _op_list(
@@ -192,6 +202,7 @@ def _list(
     q = ctx.queries
     params: dict[str, Any] = {"tasks": TASKS}
     preds: list[str] = []
+    held: dict[str, bytes] = {}
     if config is not None:
         params["thread_id"] = _thread_id(config)
         preds.append("checkpoints.where_thread")
@@ -199,9 +210,12 @@ def _list(
         if ns is not None:
             params["checkpoint_ns"] = ns
             preds.append("checkpoints.where_ns")
+            if ctx.history_cache is not None:  # tokens are unique within one namespace
+                held, _ = ctx.history_cache.values_of(params["thread_id"], ns)
         if checkpoint_id := get_checkpoint_id(config):
             params["checkpoint_id"] = checkpoint_id
             preds.append("checkpoints.where_id")
+    params["held_values"] = list(held)
     if filter:
         params["filter"] = Jsonb(filter)
         preds.append("checkpoints.where_filter")
@@ -230,7 +244,11 @@ def _list(
     parts.append(q["checkpoints.tuples_of"])
     rows = yield Stmt(sql.SQL(" ").join(parts), params, binary=True)
     with gc_paused():  # see _cache/store.py, gc_paused
-        tuples = [row_to_tuple(ctx, r) for r in rows]
+        decoder = RowValues(ctx.serde.loads_typed, held)
+        tuples = [row_to_tuple(ctx, r, decoder) for r in rows]
+    decoder.done()
     if rows and config is not None:
-        _PREFETCH.set(_Listed(ctx, params["thread_id"], rows, ctx.max_history_depth))
+        _PREFETCH.set(
+            _Listed(ctx, params["thread_id"], rows, ctx.max_history_depth, decoder)
+        )
     return tuples

@@ -9,6 +9,8 @@ from typing import Any
 
 from langgraph.checkpoint.base import DeltaChannelHistory, PendingWrite
 
+from .values import RowValues
+
 Row = dict[str, Any]  # a row of checkpoints.select_tuples, by column name
 
 
@@ -37,15 +39,23 @@ class _Listed:
     a mutable object (the cache's isolation rule, _cache/store.py). Inline seeds are str, int,
     float or bool: immutable."""
 
-    __slots__ = ("saver", "thread_id", "max_depth", "rows", "_writes", "_seeds", "broken")
+    __slots__ = (
+        "saver", "thread_id", "max_depth", "rows", "values", "_writes", "_seeds", "broken",
+    )
 
     #: no seed at this row for this channel
     _NONE: tuple[str, Any] = ("", None)
 
-    def __init__(self, saver: object, thread_id: str, rows: list[Row], max_depth: int) -> None:
+    def __init__(
+        self, saver: object, thread_id: str, rows: list[Row], max_depth: int,
+        values: RowValues,
+    ) -> None:
         self.saver = saver
         self.thread_id = thread_id
         self.max_depth = max_depth
+        #: the list call's blob decoder: a seed blob carried over by many rows (one
+        #: token) is decoded and pickled once; a blob the cache held came as NULL
+        self.values = values
         #: (namespace, checkpoint id) -> its row (a list without checkpoint_ns spans all)
         self.rows = {(r["checkpoint_ns"], r["checkpoint_id"]): r for r in rows}
         #: (namespace, checkpoint id, channel) -> pickled list of its writes of that channel
@@ -69,8 +79,10 @@ class _Listed:
             blobs = row["blob_channels"]
             if blobs and ch in blobs:
                 i = blobs.index(ch)
-                got = ("b", pickle.dumps(
-                    loads((row["blob_types"][i], row["blob_values"][i])), protocol=5))
+                got = ("b", self.values.pickled(
+                    f"{row['thread_id']}\x1f{row['checkpoint_ns']}", row["blob_tokens"][i],
+                    row["blob_types"][i], row["blob_values"][i],
+                ))
             else:
                 # jsonb_typeof(channel_values -> ch) IN ('string', 'number', 'boolean'):
                 # what json gives for those (None is JSON null; a dict or list is not one)

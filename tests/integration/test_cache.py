@@ -277,6 +277,7 @@ def test_thread_too_big_for_the_budget_is_answered_without_the_cache(dsn: str) -
         assert plan.bucket is None
         assert plan.params() == {
             "held_ids": [], "held_tokens": [], "seed_tokens": [], "nodes": False,
+            "held_values": [],
         }
 
         def no_cache_answer(*args: Any) -> Any:

@@ -105,7 +105,7 @@ def _positional(query: sql.Composed, conn: Any, values: dict[str, str]) -> sql.C
 #: SQL literals of the history walk's parameters (checkpoint_id added per test)
 WALK_ARGS = {
     "held_ids": "'{}'", "held_tokens": "'{}'", "seed_tokens": "'{}'", "max_depth": "1000000",
-    "nodes": "true", "checkpoint_ns": "''", "tasks": "'__pregel_tasks'",
+    "held_values": "'{}'", "nodes": "true", "checkpoint_ns": "''", "tasks": "'__pregel_tasks'",
 }
 
 

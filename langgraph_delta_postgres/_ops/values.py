@@ -1,0 +1,128 @@
+"""The stored values of tuple rows (``checkpoints.tuples_of``'s blobs): each one decoded
+at most once per call, and one the client already holds decoded not sent at all.
+
+Each blob comes with its token: channel, version and the xmin of the blob row
+(``sql/checkpoints.sql``, the same key the history cache gives a seed). A thread deleted
+and written again under the same ids has new blob rows, so new tokens: a token names
+one row's bytes, and the decoded value of equal bytes is equal.
+
+* **Held values.** get_tuple and list of a thread tell the statement the tokens whose
+  decoded value the saver's cache holds (``held_values``); those blobs come as NULL and
+  the value is unpickled from the cache. A long session's ``get_state`` reads the same
+  head again and again, and the DeltaChannel snapshot stored at an earlier step and
+  carried over at the channel's current version is there every time: 720 messages of
+  the benchmark's deepagents session cost about 24 ms to decode with the serializer
+  and about 7 to unpickle (``python scripts/profile_agent_state.py``).
+* **Once per call.** The rows of one ``list`` name the same blob as often as checkpoints
+  carry it over: it is decoded for the first and copied (pickled once, unpickled per
+  row) for the others.
+* **Isolation.** No two tuples, and no tuple and the cache, share a mutable object:
+  every copy is a fresh unpickle, as the history cache's answers are (_cache/store.py).
+* **What the cache keeps.** Only a value read a second time (its token was seen on an
+  earlier get_tuple of the thread and sent again): a value that changes at every step,
+  such as a plain ``add_messages`` channel's list, is decoded as before and never pickled
+  for nothing. One value per channel is kept; a newer version replaces it
+  (:meth:`~langgraph_delta_postgres._cache.HistoryCache.keep_values`).
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..errors import CorruptCheckpointError
+
+#: Blobs shorter than this are decoded every time, never kept (the serializer is fast on
+#: them and a kept value costs its token on every statement).
+KEEP_MIN_BYTES = 2048
+
+#: Errors a value that does not pickle raises (it is decoded again instead).
+UNPICKLABLE = (pickle.PicklingError, TypeError, AttributeError, RecursionError)
+
+
+class RowValues:
+    """The decoder of one call's tuple rows. ``held``: token -> pickled value the cache
+    holds (the statement sent those blobs as NULL); ``seen``: tokens an earlier call of
+    this thread decoded (a second sighting is kept, see the module docstring)."""
+
+    __slots__ = ("loads", "held", "seen", "_first", "_pickled", "keep", "sent")
+
+    def __init__(
+        self,
+        loads: Callable[[tuple[str, bytes]], Any],
+        held: Mapping[str, bytes] | None = None,
+        seen: Mapping[str, str] | None = None,
+    ) -> None:
+        self.loads = loads
+        self.held: Mapping[str, bytes] = held or {}
+        self.seen: Mapping[str, str] = seen or {}
+        #: (scope, token) -> (type, blob, the value decoded for its first row)
+        self._first: dict[tuple[str, str], tuple[str, bytes, Any]] = {}
+        #: (scope, token) -> its pickle (made when a second row names it)
+        self._pickled: dict[tuple[str, str], bytes | None] = {}
+        #: channel -> (token, pickled value) for the cache to keep
+        self.keep: dict[str, tuple[str, bytes]] = {}
+        #: channel -> token of each blob decoded here that is worth keeping if read again
+        self.sent: dict[str, str] = {}
+
+    def value(self, scope: str, channel: str, token: str, typ: str, blob: bytes | None) -> Any:
+        """The value of one blob of a row, a copy of its own. ``scope`` tells tokens of
+        different threads and namespaces apart (a list without a thread spans many)."""
+        if blob is None:
+            data = self.held.get(token)
+            if data is None:
+                raise CorruptCheckpointError(
+                    f"the stored value of channel {channel!r} (blob {token!r}) has no "
+                    "bytes: the row is corrupt"
+                )
+            return pickle.loads(data)
+        key = (scope, token)
+        first = self._first.get(key)
+        if first is None:
+            value = self.loads((typ, blob))
+            self._first[key] = (typ, blob, value)
+            if len(blob) < KEEP_MIN_BYTES:
+                return value
+            self.sent[channel] = token
+            if self.seen.get(channel) == token:
+                data = self._pickle(key, value)
+                if data is not None:
+                    self.keep[channel] = (token, data)
+            return value
+        data = self._pickled.get(key, b"")
+        if data == b"":
+            data = self._pickle(key, first[2])
+        if data is None:  # does not pickle: decode again
+            return self.loads((typ, blob))
+        return pickle.loads(data)
+
+    def pickled(self, scope: str, token: str, typ: str, blob: bytes | None) -> bytes:
+        """The pickle of one blob's value, for a later copy (the list prefetch's seeds,
+        _ops/listed.py): the held one, the one made for this call's rows, or a fresh
+        decode (never a value already handed out, which its caller may have changed).
+        Raises what pickling raises (:data:`UNPICKLABLE`)."""
+        if blob is None:
+            data = self.held.get(token)
+            if data is None:
+                return pickle.dumps(self.value(scope, "", token, typ, blob))  # raises
+            return data
+        key = (scope, token)
+        got = self._pickled.get(key)
+        if got is None:
+            got = self._pickled[key] = pickle.dumps(self.loads((typ, blob)), protocol=5)
+        return got
+
+    def done(self) -> None:
+        """The call's rows are built and handed out: forget the first copies."""
+        self._first.clear()
+
+    def _pickle(self, key: tuple[str, str], value: Any) -> bytes | None:
+        """The value's pickle, made before any row's copy leaves the call (None: it does
+        not pickle)."""
+        try:
+            data: bytes | None = pickle.dumps(value, protocol=5)
+        except UNPICKLABLE:
+            data = None
+        self._pickled[key] = data
+        return data
