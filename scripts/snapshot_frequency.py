@@ -41,9 +41,9 @@ import psycopg
 from psycopg.rows import dict_row
 
 from langgraph_delta_postgres import DeltaPostgresSaver
-from langgraph_delta_postgres.cli.postgres import embedded_postgres
 from langgraph_delta_postgres.bench.workloads import WORKLOADS, build_graph, run_turns
 from langgraph_delta_postgres.cli.inspect import human_bytes, thread_bytes, walk_depths
+from langgraph_delta_postgres.cli.postgres import embedded_postgres
 
 REPEATS = 7
 FIELDS = ["files", "messages"]

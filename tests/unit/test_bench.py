@@ -256,9 +256,10 @@ def test_each_timed_call_starts_after_a_full_collection() -> None:
 def test_only_agent(pg_server: PgServer, tmp_path: Path) -> None:
     """The agent section at the tiny scale (6 turns): a deepagents session with the
     scripted model on the three savers, its subagent and summarization ran, the states
-    and whole histories equal; no timing asserted. Skipped only without deepagents (the
-    optional 'agent' extra)."""
-    pytest.importorskip("deepagents", reason="the optional 'agent' extra is not installed")
+    and whole histories equal; no timing asserted. deepagents is in the test extra: like
+    the bench deps above, a missing one is an error, never a skip (imported here, not at
+    the top, so the other tests of this file do not pay for importing langchain)."""
+    import deepagents  # noqa: F401
     out_json = tmp_path / "agent.json"
     args = _args(dsn=pg_server.admin_dsn, scale="tiny", only="agent", json=str(out_json),
                  out=str(tmp_path / "report"))
