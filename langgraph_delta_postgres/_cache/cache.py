@@ -96,14 +96,22 @@ class HistoryCache(Budget):
             return held_values(bucket)
 
     def keep_values(
-        self, plan: Plan, seen: dict[str, str], keep: dict[str, tuple[str, bytes]]
+        self, plan: Plan, seen: dict[str, str], keep: dict[str, tuple[str, bytes]],
+        sent: int,
     ) -> None:
         """After a get_tuple through ``plan``: remember the token of each value it
         decoded (``seen``: channel -> token) and keep the pickles of the values read a
         second time (``keep``: channel -> (token, pickle)); one value per channel, a newer
-        token replaces the older (_ops/values.py)."""
+        token replaces the older (_ops/values.py). A thread without a bucket (its first
+        load) is remembered with the bytes it was ``sent``, so that its next load is
+        admitted like a history call's thread (see "Admission")."""
         bucket = plan.bucket
-        if bucket is None or not seen:
+        if not seen:
+            return
+        if bucket is None:
+            with self._lock:
+                if plan.key not in self._buckets and plan.key not in self._sizes:
+                    self._remember(plan.key, BUCKET_OVERHEAD + sent)
             return
         with self._lock:
             current = self._buckets.get(plan.key)

@@ -169,7 +169,7 @@ def _op_get_tuple(ctx: SaverCore, config: RunnableConfig) -> Op[CheckpointTuple 
     with gc_paused():  # see _cache/store.py, gc_paused
         got = row_to_tuple(ctx, row, decoder)
     if cache is not None:
-        cache.keep_values(plan, decoder.sent, decoder.keep)
+        cache.keep_values(plan, decoder.sent, decoder.keep, decoder.sent_bytes)
     return got
 
 

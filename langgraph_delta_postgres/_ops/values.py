@@ -46,7 +46,8 @@ class RowValues:
     holds (the statement sent those blobs as NULL); ``seen``: tokens an earlier call of
     this thread decoded (a second sighting is kept, see the module docstring)."""
 
-    __slots__ = ("loads", "held", "seen", "_first", "_pickled", "keep", "sent")
+    __slots__ = ("loads", "held", "seen", "_first", "_pickled", "keep", "sent",
+                 "sent_bytes")
 
     def __init__(
         self,
@@ -65,6 +66,8 @@ class RowValues:
         self.keep: dict[str, tuple[str, bytes]] = {}
         #: channel -> token of each blob decoded here that is worth keeping if read again
         self.sent: dict[str, str] = {}
+        #: their bytes
+        self.sent_bytes = 0
 
     def value(self, scope: str, channel: str, token: str, typ: str, blob: bytes | None) -> Any:
         """The value of one blob of a row, a copy of its own. ``scope`` tells tokens of
@@ -85,6 +88,7 @@ class RowValues:
             if len(blob) < KEEP_MIN_BYTES:
                 return value
             self.sent[channel] = token
+            self.sent_bytes += len(blob)
             if self.seen.get(channel) == token:
                 data = self._pickle(key, value)
                 if data is not None:
