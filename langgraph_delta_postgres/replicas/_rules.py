@@ -417,10 +417,6 @@ class _RoutingCore(BaseCheckpointSaver[str]):
         return self.primary.get_next_version(current, channel)  # type: ignore[no-any-return]
 
 
-def _ids(thread_ids: Sequence[str]) -> list[str]:
-    return [str(t) for t in thread_ids] if not isinstance(thread_ids, str) else [thread_ids]
-
-
 def _a(cls: type[Any]) -> str:
     """``'a ConnectionPool'``, ``'an AsyncConnectionPool'``."""
     return ("an " if cls.__name__[0] in "AEIOU" else "a ") + cls.__name__
