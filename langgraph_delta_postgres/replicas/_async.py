@@ -1,11 +1,12 @@
-"""The async routing saver (:class:`AsyncRoutingSaver`); the rules are in :mod:`._rules`.
+"""The async routing saver (:class:`AsyncRoutingSaver`): the driver of the routing
+operations (:mod:`._ops`), awaited; the rules are in :mod:`._rules`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -16,7 +17,6 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
     DeltaChannelHistory,
-    get_checkpoint_id,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg.rows import tuple_row
@@ -25,22 +25,8 @@ from psycopg_pool import AsyncConnectionPool
 from .._connect import DEFAULT_CACHE_BYTES, DEFAULT_PREPARE_THRESHOLD
 from .._ops.retention import PruneStats
 from ..aio import AsyncDeltaPostgresSaver
-from ._rules import (
-    _LAST_TUPLE,
-    _NEED,
-    _TOKEN,
-    DEFAULT_REPLICA_TIMEOUT,
-    DEFAULT_RETRY_AFTER,
-    AsyncReplicaSaver,
-    Need,
-    Unsafe,
-    _ids,
-    _replica_pool_kwargs,
-    _RoutingCore,
-    lsn_to_int,
-    make_token,
-    parse_token,
-)
+from ._ops import Query, Route, Run, Step, op_get_tuple, op_history, op_list, op_token, op_write
+from ._rules import DEFAULT_REPLICA_TIMEOUT, DEFAULT_RETRY_AFTER, AsyncReplicaSaver, R, _RoutingCore
 
 
 class AsyncRoutingSaver(_RoutingCore):
@@ -48,6 +34,11 @@ class AsyncRoutingSaver(_RoutingCore):
 
     primary: AsyncDeltaPostgresSaver
     replicas: list[AsyncReplicaSaver]
+    _own_pools: list[AsyncConnectionPool[Any]]
+    _primary_type = AsyncDeltaPostgresSaver
+    _pool_type = AsyncConnectionPool
+    _replica_type = AsyncReplicaSaver
+    _open_pools_at_once = False  # opened in open(), on the event loop
 
     def __init__(
         self,
@@ -60,34 +51,9 @@ class AsyncRoutingSaver(_RoutingCore):
         pool_size: int = 4,
         prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
     ) -> None:
-        if not isinstance(primary, AsyncDeltaPostgresSaver):
-            raise TypeError(
-                f"primary must be an AsyncDeltaPostgresSaver, not {type(primary).__name__}"
-            )
-        if isinstance(replicas, str):
-            raise TypeError("replicas must be a list of DSNs or pools, not a str")
-        super().__init__(serde=primary.serde)
-        self.primary = primary
-        self._own_pools: list[AsyncConnectionPool[Any]] = []
-        savers: list[AsyncReplicaSaver] = []
-        for r in replicas:
-            if isinstance(r, str):
-                pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-                    r, min_size=1, max_size=pool_size, timeout=replica_timeout,
-                    kwargs=_replica_pool_kwargs(r, prepare_threshold, replica_timeout),
-                    check=AsyncConnectionPool.check_connection, open=False,
-                )
-                self._own_pools.append(pool)
-            elif isinstance(r, AsyncConnectionPool):
-                pool = r
-            else:
-                raise TypeError(
-                    f"a replica must be a DSN or an AsyncConnectionPool, not {type(r).__name__}"
-                )
-            savers.append(AsyncReplicaSaver(pool, serde=primary.serde, schema=primary.schema,
-                                            cache_bytes=cache_bytes))
-        self.replicas = savers
-        self._init_routing(retry_after)
+        self._init_savers(primary, replicas, retry_after=retry_after,
+                          replica_timeout=replica_timeout, cache_bytes=cache_bytes,
+                          pool_size=pool_size, prepare_threshold=prepare_threshold)
 
     async def open(self) -> None:
         """Open the pools this saver made for replica DSNs (from_conn_string does)."""
@@ -128,125 +94,49 @@ class AsyncRoutingSaver(_RoutingCore):
                 await saver.close()
 
     def with_allowlist(self, extra_allowlist: Any) -> AsyncRoutingSaver:
-        clone = super().with_allowlist(extra_allowlist)
-        if clone is self:
-            return self
-        assert isinstance(clone, AsyncRoutingSaver)
-        clone.primary = cast(AsyncDeltaPostgresSaver,
-                             self.primary.with_allowlist(extra_allowlist))
-        clone.replicas = [cast(AsyncReplicaSaver, r.with_allowlist(extra_allowlist))
-                          for r in self.replicas]
-        return clone
+        return cast(AsyncRoutingSaver, self._with_allowlist(extra_allowlist))
 
-    # ------------------------------------------------------------------ floors, tokens
+    # ------------------------------------------------------------------ the driver
 
-    async def _fetch_lsn(self) -> int:
-        self._counts["lsn_fetches"] += 1
-        async with self.primary._connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
-            await cur.execute(self.queries["replicas.primary_lsn"])
-            row = await cur.fetchone()
-        assert row is not None
-        return lsn_to_int(row[0])
+    async def _drive(self, op: Route[R]) -> R:
+        """Run a routing operation of :mod:`._ops`: each step on its saver, awaited."""
+        run = Run(op)
+        while (step := run.next()) is not None:
+            with run.call(step):
+                run.answer = await self._do(step)
+        return run.result
 
-    async def _resolve(self, thread_id: str) -> None:
-        seq = self._pending(thread_id)
-        if seq is not None:
-            self._resolved(seq, await self._fetch_lsn())
+    async def _do(self, step: Step) -> Any:
+        saver = self._saver(step.saver)
+        if isinstance(step, Query):
+            async with saver._connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+                await cur.execute(self.queries[step.key], step.params)
+                return await cur.fetchall()
+        if step.method == "list":
+            return [x async for x in saver.alist(*step.args, **step.kwargs)]
+        return await getattr(saver, "a" + step.method)(*step.args, **step.kwargs)
+
+    # ------------------------------------------------------------------ tokens
 
     async def atoken(self) -> str:
         """See :meth:`RoutingSaver.token`."""
-        with self._lock:
-            seq = self._seq
-        lsn = await self._fetch_lsn()
-        self._resolved(seq, lsn)
-        return make_token(lsn)
+        return await self._drive(op_token(self))
 
     @contextlib.contextmanager
     def read_after(self, token: str | None) -> Iterator[None]:
         """See :meth:`RoutingSaver.read_after` (a context variable: per task)."""
-        lsn = parse_token(token) if token is not None else None
-        cur = _TOKEN.get()
-        reset = _TOKEN.set(lsn if cur is None or lsn is None else max(cur, lsn))
-        try:
+        with self._reading_after(token):
             yield
-        finally:
-            _TOKEN.reset(reset)
 
-    # ------------------------------------------------------------------ routing
-
-    async def _route(self, need: Need | str, call: Callable[[Any], Any],
-                     after: Callable[[Any, Any], Any] | None = None) -> tuple[Any, int]:
-        if isinstance(need, Need):
-            for i in self._order():
-                replica = self.replicas[i]
-                reset = _NEED.set(need)
-                try:
-                    got = await call(replica)
-                    if after is not None:
-                        _NEED.set(None)
-                        await after(replica, got)
-                except Exception as e:
-                    self._failed(i, e)
-                    continue
-                finally:
-                    _NEED.reset(reset)
-                self._counts["replica"] += 1
-                return got, i
-            reason = "down" if not self._order() else "replica_miss"
-        else:
-            reason = need
-        self._counts[f"primary_{reason}"] += 1
-        return await call(self.primary), -1
-
-    def _thread_of(self, config: RunnableConfig | None) -> str | None:
-        conf = (config or {}).get("configurable") or {}
-        t = conf.get("thread_id")
-        return None if t is None else str(t)
+    # ------------------------------------------------------------------ routed reads
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        if (t := self._thread_of(config)) is not None:
-            await self._resolve(t)
-        need = self._need("tuple", config) if t is not None else "not_routable"
-        got, i = await self._route(need, lambda s: s.aget_tuple(config))
-        if got is not None and get_checkpoint_id(config) is None and t is not None:
-            c = got.config["configurable"]
-            _LAST_TUPLE.set((id(self), (t, c["checkpoint_ns"], c["checkpoint_id"]), i))
-        return got  # type: ignore[no-any-return]
+        return await self._drive(op_get_tuple(self, config))
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        t = self._thread_of(config)
-        last = _LAST_TUPLE.get()
-        _LAST_TUPLE.set(None)
-        if t is None:
-            return await self.primary.aget_delta_channel_history(config=config, channels=channels)
-        await self._resolve(t)
-        need = self._need("history", config)
-        cid = get_checkpoint_id(config)
-        key = (t, str((config.get("configurable") or {}).get("checkpoint_ns") or ""), cid)
-        if last is not None and last[0] == id(self) and last[1] == key:
-            if last[2] < 0:
-                self._counts["primary_same_as_tuple"] += 1
-                return await self.primary.aget_delta_channel_history(
-                    config=config, channels=channels
-                )
-            need = Need(None if isinstance(need, str) else need.floor, t, key[1], cid,
-                        True, False)
-            for_one = self.replicas[last[2]]
-            reset = _NEED.set(need)
-            try:
-                got = await for_one.aget_delta_channel_history(config=config, channels=channels)
-                self._counts["replica"] += 1
-                return got
-            except Exception as e:
-                self._failed(last[2], e)
-            finally:
-                _NEED.reset(reset)
-        got2, _ = await self._route(
-            need, lambda s: s.aget_delta_channel_history(config=config, channels=channels)
-        )
-        return got2  # type: ignore[no-any-return]
+        return await self._drive(op_history(self, config, channels))
 
     async def alist(
         self,
@@ -256,33 +146,7 @@ class AsyncRoutingSaver(_RoutingCore):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        if (t := self._thread_of(config)) is not None:
-            await self._resolve(t)
-        got = self._list_need(config, filter, before)
-
-        async def call(s: Any) -> list[CheckpointTuple]:
-            return [x async for x in s.alist(config, filter=filter, before=before, limit=limit)]
-
-        if isinstance(got, str):
-            page, _ = await self._route(got, call)
-        else:
-            need, must_seal = got
-
-            async def check(replica: AsyncReplicaSaver, page: list[CheckpointTuple]) -> None:
-                if not must_seal or not page:
-                    return
-                assert t is not None
-                async with replica._connection() as conn, conn.cursor(
-                    row_factory=tuple_row
-                ) as cur:
-                    await cur.execute(
-                        self.queries["replicas.sealed_ids"], self._sealed_params(t, page)
-                    )
-                    if len(await cur.fetchall()) != len(page):
-                        raise Unsafe("unsealed_page")
-
-            page, _ = await self._route(need, call, check)
-        for tup in page:
+        for tup in await self._drive(op_list(self, config, filter, before, limit)):
             yield tup
 
     # ------------------------------------------------------------------ primary only
@@ -297,10 +161,9 @@ class AsyncRoutingSaver(_RoutingCore):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        try:
-            return await self.primary.aput(config, checkpoint, metadata, new_versions)
-        finally:
-            self._wrote([str(config["configurable"]["thread_id"])])
+        return cast(RunnableConfig, await self._drive(
+            op_write(self, "put", config, checkpoint, metadata, new_versions)
+        ))
 
     async def aput_writes(
         self,
@@ -309,28 +172,16 @@ class AsyncRoutingSaver(_RoutingCore):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        try:
-            await self.primary.aput_writes(config, writes, task_id, task_path)
-        finally:
-            self._wrote([str(config["configurable"]["thread_id"])])
+        await self._drive(op_write(self, "put_writes", config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
-        try:
-            await self.primary.adelete_thread(thread_id)
-        finally:
-            self._wrote([str(thread_id)])
+        await self._drive(op_write(self, "delete_thread", thread_id))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        try:
-            await self.primary.adelete_for_runs(run_ids)
-        finally:
-            self._wrote(None)
+        await self._drive(op_write(self, "delete_for_runs", run_ids))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        try:
-            await self.primary.acopy_thread(source_thread_id, target_thread_id)
-        finally:
-            self._wrote([str(target_thread_id)])
+        await self._drive(op_write(self, "copy_thread", source_thread_id, target_thread_id))
 
     async def aprune(  # type: ignore[override]  # returns what it deleted instead of None
         self,
@@ -341,13 +192,10 @@ class AsyncRoutingSaver(_RoutingCore):
         before: datetime | None = None,
         dry_run: bool = False,
     ) -> PruneStats:
-        try:
-            return await self.primary.aprune(thread_ids, strategy=strategy,
-                                             keep_last=keep_last, before=before,
-                                             dry_run=dry_run)
-        finally:
-            if not dry_run:
-                self._wrote(_ids(thread_ids))
+        return cast(PruneStats, await self._drive(op_write(
+            self, "prune", thread_ids, strategy=strategy, keep_last=keep_last,
+            before=before, dry_run=dry_run,
+        )))
 
     async def aget_delta_channel_keepset(
         self, *, config: RunnableConfig, channels: Sequence[str]

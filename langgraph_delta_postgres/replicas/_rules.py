@@ -1,5 +1,6 @@
 """Routing rules shared by the sync and async routing savers: tokens, the guard's
-decision (:class:`Need`), floors of a thread, replica savers, counters (docs/replicas.md).
+decision (:class:`Need`), floors of a thread, replica savers and their pools, counters
+(docs/replicas.md). The routing of each call, as steps, is in :mod:`._ops`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import psycopg
 from langchain_core.runnables import RunnableConfig
@@ -198,6 +199,64 @@ class _RoutingCore(BaseCheckpointSaver[str]):
 
     primary: Any
     replicas: list[Any]
+    _own_pools: list[Any]
+    #: set by each routing saver: the primary's saver class, the pool class of a
+    #: replica, its saver class, and whether a pool made for a DSN opens at once (an
+    #: async one opens in ``open()``, on the event loop)
+    _primary_type: ClassVar[type[Any]]
+    _pool_type: ClassVar[type[Any]]
+    _replica_type: ClassVar[type[Any]]
+    _open_pools_at_once: ClassVar[bool]
+
+    def _init_savers(
+        self, primary: Any, replicas: Sequence[Any], *, retry_after: float,
+        replica_timeout: float, cache_bytes: int, pool_size: int,
+        prepare_threshold: int | None,
+    ) -> None:
+        """The routing saver's ``__init__``: a saver on each replica's pool (made for a
+        DSN, with ``replica_timeout`` as its connect and wait timeouts)."""
+        if not isinstance(primary, self._primary_type):
+            raise TypeError(
+                f"primary must be {_a(self._primary_type)}, not {type(primary).__name__}"
+            )
+        if isinstance(replicas, str):
+            raise TypeError("replicas must be a list of DSNs or pools, not a str")
+        super().__init__(serde=primary.serde)
+        self.primary = primary
+        self._own_pools = []
+        savers = []
+        for r in replicas:
+            if isinstance(r, str):
+                pool = self._pool_type(
+                    r, min_size=1, max_size=pool_size, timeout=replica_timeout,
+                    kwargs=_replica_pool_kwargs(r, prepare_threshold, replica_timeout),
+                    check=self._pool_type.check_connection, open=self._open_pools_at_once,
+                )
+                self._own_pools.append(pool)
+            elif isinstance(r, self._pool_type):
+                pool = r
+            else:
+                raise TypeError(
+                    f"a replica must be a DSN or {_a(self._pool_type)}, not {type(r).__name__}"
+                )
+            savers.append(self._replica_type(pool, serde=primary.serde, schema=primary.schema,
+                                             cache_bytes=cache_bytes))
+        self.replicas = savers
+        self._init_routing(retry_after)
+
+    def _with_allowlist(self, extra_allowlist: Any) -> Any:
+        """``with_allowlist``: a clone whose primary and replica savers have it too."""
+        clone = super().with_allowlist(extra_allowlist)
+        if clone is self:
+            return self
+        assert isinstance(clone, type(self))
+        clone.primary = self.primary.with_allowlist(extra_allowlist)
+        clone.replicas = [r.with_allowlist(extra_allowlist) for r in self.replicas]
+        return clone
+
+    def _saver(self, i: int) -> Any:
+        """The saver of a routing step: a replica's by its index, the primary's for -1."""
+        return self.primary if i < 0 else self.replicas[i]
 
     def _init_routing(self, retry_after: float) -> None:
         self.retry_after = retry_after
@@ -263,6 +322,17 @@ class _RoutingCore(BaseCheckpointSaver[str]):
         floors = [f for f in (token, own[0] if own else None, g or None) if f is not None]
         knows = token is not None or own is not None
         return (max(floors) if floors else None), knows
+
+    @contextlib.contextmanager
+    def _reading_after(self, token: str | None) -> Iterator[None]:
+        """``read_after``: the highest token given in this context, until the block ends."""
+        lsn = parse_token(token) if token is not None else None
+        cur = _TOKEN.get()
+        reset = _TOKEN.set(lsn if cur is None or lsn is None else max(cur, lsn))
+        try:
+            yield
+        finally:
+            _TOKEN.reset(reset)
 
     # ------------------------------------------------------------------ decisions
 
@@ -347,8 +417,9 @@ class _RoutingCore(BaseCheckpointSaver[str]):
         return self.primary.get_next_version(current, channel)  # type: ignore[no-any-return]
 
 
-def _ids(thread_ids: Sequence[str]) -> list[str]:
-    return [str(t) for t in thread_ids] if not isinstance(thread_ids, str) else [thread_ids]
+def _a(cls: type[Any]) -> str:
+    """``'a ConnectionPool'``, ``'an AsyncConnectionPool'``."""
+    return ("an " if cls.__name__[0] in "AEIOU" else "a ") + cls.__name__
 
 
 def _replica_pool_kwargs(conn_string: str, prepare_threshold: int | None,

@@ -1,10 +1,11 @@
-"""The sync routing saver (:class:`RoutingSaver`); the rules are in :mod:`._rules`.
+"""The sync routing saver (:class:`RoutingSaver`): the driver of the routing operations
+(:mod:`._ops`); the rules are in :mod:`._rules`.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -15,7 +16,6 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
     DeltaChannelHistory,
-    get_checkpoint_id,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg.rows import tuple_row
@@ -24,23 +24,8 @@ from psycopg_pool import ConnectionPool
 from .._connect import DEFAULT_CACHE_BYTES, DEFAULT_PREPARE_THRESHOLD
 from .._ops.retention import PruneStats
 from ..saver import DeltaPostgresSaver
-from ._rules import (
-    _LAST_TUPLE,
-    _NEED,
-    _TOKEN,
-    DEFAULT_REPLICA_TIMEOUT,
-    DEFAULT_RETRY_AFTER,
-    Need,
-    R,
-    ReplicaSaver,
-    Unsafe,
-    _ids,
-    _replica_pool_kwargs,
-    _RoutingCore,
-    lsn_to_int,
-    make_token,
-    parse_token,
-)
+from ._ops import Query, Route, Run, Step, op_get_tuple, op_history, op_list, op_token, op_write
+from ._rules import DEFAULT_REPLICA_TIMEOUT, DEFAULT_RETRY_AFTER, R, ReplicaSaver, _RoutingCore
 
 
 class RoutingSaver(_RoutingCore):
@@ -58,6 +43,11 @@ class RoutingSaver(_RoutingCore):
 
     primary: DeltaPostgresSaver
     replicas: list[ReplicaSaver]
+    _own_pools: list[ConnectionPool[Any]]
+    _primary_type = DeltaPostgresSaver
+    _pool_type = ConnectionPool
+    _replica_type = ReplicaSaver
+    _open_pools_at_once = True
 
     def __init__(
         self,
@@ -70,32 +60,9 @@ class RoutingSaver(_RoutingCore):
         pool_size: int = 4,
         prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
     ) -> None:
-        if not isinstance(primary, DeltaPostgresSaver):
-            raise TypeError(f"primary must be a DeltaPostgresSaver, not {type(primary).__name__}")
-        if isinstance(replicas, str):
-            raise TypeError("replicas must be a list of DSNs or pools, not a str")
-        super().__init__(serde=primary.serde)
-        self.primary = primary
-        self._own_pools: list[ConnectionPool[Any]] = []
-        savers: list[ReplicaSaver] = []
-        for r in replicas:
-            if isinstance(r, str):
-                pool: ConnectionPool[Any] = ConnectionPool(
-                    r, min_size=1, max_size=pool_size, timeout=replica_timeout,
-                    kwargs=_replica_pool_kwargs(r, prepare_threshold, replica_timeout),
-                    check=ConnectionPool.check_connection, open=True,
-                )
-                self._own_pools.append(pool)
-            elif isinstance(r, ConnectionPool):
-                pool = r
-            else:
-                raise TypeError(
-                    f"a replica must be a DSN or a ConnectionPool, not {type(r).__name__}"
-                )
-            savers.append(ReplicaSaver(pool, serde=primary.serde, schema=primary.schema,
-                                       cache_bytes=cache_bytes))
-        self.replicas = savers
-        self._init_routing(retry_after)
+        self._init_savers(primary, replicas, retry_after=retry_after,
+                          replica_timeout=replica_timeout, cache_bytes=cache_bytes,
+                          pool_size=pool_size, prepare_threshold=prepare_threshold)
 
     @classmethod
     @contextlib.contextmanager
@@ -132,127 +99,51 @@ class RoutingSaver(_RoutingCore):
             p.close()
 
     def with_allowlist(self, extra_allowlist: Any) -> RoutingSaver:
-        clone = super().with_allowlist(extra_allowlist)
-        if clone is self:
-            return self
-        assert isinstance(clone, RoutingSaver)
-        clone.primary = cast(DeltaPostgresSaver, self.primary.with_allowlist(extra_allowlist))
-        clone.replicas = [cast(ReplicaSaver, r.with_allowlist(extra_allowlist))
-                          for r in self.replicas]
-        return clone
+        return cast(RoutingSaver, self._with_allowlist(extra_allowlist))
 
-    # ------------------------------------------------------------------ floors, tokens
+    # ------------------------------------------------------------------ the driver
 
-    def _fetch_lsn(self) -> int:
-        self._counts["lsn_fetches"] += 1
-        with self.primary._connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
-            cur.execute(self.queries["replicas.primary_lsn"])
-            row = cur.fetchone()
-        assert row is not None
-        return lsn_to_int(row[0])
+    def _drive(self, op: Route[R]) -> R:
+        """Run a routing operation of :mod:`._ops`: each step on its saver."""
+        run = Run(op)
+        while (step := run.next()) is not None:
+            with run.call(step):
+                run.answer = self._do(step)
+        return run.result
 
-    def _resolve(self, thread_id: str) -> None:
-        seq = self._pending(thread_id)
-        if seq is not None:
-            self._resolved(seq, self._fetch_lsn())
+    def _do(self, step: Step) -> Any:
+        saver = self._saver(step.saver)
+        if isinstance(step, Query):
+            with saver._connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+                cur.execute(self.queries[step.key], step.params)
+                return cur.fetchall()
+        got = getattr(saver, step.method)(*step.args, **step.kwargs)
+        return list(got) if step.method == "list" else got
+
+    # ------------------------------------------------------------------ tokens
 
     def token(self) -> str:
         """A read token: the primary's WAL position now, at or past every write that has
         committed on it (this saver's and every other process's). A reader that passes
         it (:meth:`read_after`, or ``configurable["lgdp_read_after"]``) sees them all.
         It also fixes the floors of this saver's writes so far (see docs/replicas.md)."""
-        with self._lock:
-            seq = self._seq
-        lsn = self._fetch_lsn()
-        self._resolved(seq, lsn)
-        return make_token(lsn)
+        return self._drive(op_token(self))
 
     @contextlib.contextmanager
     def read_after(self, token: str | None) -> Iterator[None]:
         """Reads in this block (this thread or task) see at least what ``token`` covers."""
-        lsn = parse_token(token) if token is not None else None
-        cur = _TOKEN.get()
-        reset = _TOKEN.set(lsn if cur is None or lsn is None else max(cur, lsn))
-        try:
+        with self._reading_after(token):
             yield
-        finally:
-            _TOKEN.reset(reset)
 
-    # ------------------------------------------------------------------ routing
-
-    def _route(self, need: Need | str, call: Callable[[Any], R],
-               after: Callable[[Any, R], None] | None = None) -> tuple[R, int]:
-        """``call(saver)`` on a replica that meets ``need``, else on the primary;
-        ``after(replica, result)`` may raise Unsafe to reject a replica's answer."""
-        if isinstance(need, Need):
-            for i in self._order():
-                replica = self.replicas[i]
-                reset = _NEED.set(need)
-                try:
-                    got = call(replica)
-                    if after is not None:
-                        _NEED.set(None)
-                        after(replica, got)
-                except Exception as e:  # every doubt: the primary answers
-                    self._failed(i, e)
-                    continue
-                finally:
-                    _NEED.reset(reset)
-                self._counts["replica"] += 1
-                return got, i
-            reason = "down" if not self._order() else "replica_miss"
-        else:
-            reason = need
-        self._counts[f"primary_{reason}"] += 1
-        return call(self.primary), -1
-
-    def _thread_of(self, config: RunnableConfig | None) -> str | None:
-        conf = (config or {}).get("configurable") or {}
-        t = conf.get("thread_id")
-        return None if t is None else str(t)
+    # ------------------------------------------------------------------ routed reads
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        if (t := self._thread_of(config)) is not None:
-            self._resolve(t)
-        need = self._need("tuple", config) if t is not None else "not_routable"
-        got, i = self._route(need, lambda s: s.get_tuple(config))
-        if got is not None and get_checkpoint_id(config) is None and t is not None:
-            c = got.config["configurable"]
-            _LAST_TUPLE.set((id(self), (t, c["checkpoint_ns"], c["checkpoint_id"]), i))
-        return cast(CheckpointTuple | None, got)
+        return self._drive(op_get_tuple(self, config))
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        t = self._thread_of(config)
-        last = _LAST_TUPLE.get()
-        _LAST_TUPLE.set(None)
-        if t is None:
-            return self.primary.get_delta_channel_history(config=config, channels=channels)
-        self._resolve(t)
-        need = self._need("history", config)
-        cid = get_checkpoint_id(config)
-        key = (t, str((config.get("configurable") or {}).get("checkpoint_ns") or ""), cid)
-        if last is not None and last[0] == id(self) and last[1] == key:
-            # the saver that served get_tuple: its prefetch (same statement, one snapshot)
-            if last[2] < 0:
-                self._counts["primary_same_as_tuple"] += 1
-                return self.primary.get_delta_channel_history(config=config, channels=channels)
-            need = Need(None if isinstance(need, str) else need.floor, t, key[1], cid,
-                        True, False)
-            for_one = self.replicas[last[2]]
-            reset = _NEED.set(need)
-            try:
-                got = for_one.get_delta_channel_history(config=config, channels=channels)
-                self._counts["replica"] += 1
-                return got
-            except Exception as e:
-                self._failed(last[2], e)
-            finally:
-                _NEED.reset(reset)
-        return cast(Mapping[str, DeltaChannelHistory], self._route(
-            need, lambda s: s.get_delta_channel_history(config=config, channels=channels)
-        )[0])
+        return self._drive(op_history(self, config, channels))
 
     def list(
         self,
@@ -262,25 +153,7 @@ class RoutingSaver(_RoutingCore):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        if (t := self._thread_of(config)) is not None:
-            self._resolve(t)
-        got = self._list_need(config, filter, before)
-        call = lambda s: list(s.list(config, filter=filter, before=before, limit=limit))  # noqa: E731
-        if isinstance(got, str):
-            yield from self._route(got, call)[0]
-            return
-        need, must_seal = got
-
-        def check(replica: ReplicaSaver, page: list[CheckpointTuple]) -> None:
-            if not must_seal or not page:
-                return
-            assert t is not None
-            with replica._connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
-                cur.execute(self.queries["replicas.sealed_ids"], self._sealed_params(t, page))
-                if len(cur.fetchall()) != len(page):
-                    raise Unsafe("unsealed_page")
-
-        yield from self._route(need, call, check)[0]
+        yield from self._drive(op_list(self, config, filter, before, limit))
 
     # ------------------------------------------------------------------ primary only
 
@@ -294,10 +167,9 @@ class RoutingSaver(_RoutingCore):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        try:
-            return self.primary.put(config, checkpoint, metadata, new_versions)
-        finally:
-            self._wrote([str(config["configurable"]["thread_id"])])
+        return cast(RunnableConfig, self._drive(
+            op_write(self, "put", config, checkpoint, metadata, new_versions)
+        ))
 
     def put_writes(
         self,
@@ -306,28 +178,16 @@ class RoutingSaver(_RoutingCore):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        try:
-            self.primary.put_writes(config, writes, task_id, task_path)
-        finally:
-            self._wrote([str(config["configurable"]["thread_id"])])
+        self._drive(op_write(self, "put_writes", config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
-        try:
-            self.primary.delete_thread(thread_id)
-        finally:
-            self._wrote([str(thread_id)])
+        self._drive(op_write(self, "delete_thread", thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        try:
-            self.primary.delete_for_runs(run_ids)
-        finally:
-            self._wrote(None)
+        self._drive(op_write(self, "delete_for_runs", run_ids))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        try:
-            self.primary.copy_thread(source_thread_id, target_thread_id)
-        finally:
-            self._wrote([str(target_thread_id)])
+        self._drive(op_write(self, "copy_thread", source_thread_id, target_thread_id))
 
     def prune(  # type: ignore[override]  # returns what it deleted instead of None
         self,
@@ -338,16 +198,12 @@ class RoutingSaver(_RoutingCore):
         before: datetime | None = None,
         dry_run: bool = False,
     ) -> PruneStats:
-        try:
-            return self.primary.prune(thread_ids, strategy=strategy, keep_last=keep_last,
-                                      before=before, dry_run=dry_run)
-        finally:
-            if not dry_run:
-                self._wrote(_ids(thread_ids))
+        return cast(PruneStats, self._drive(op_write(
+            self, "prune", thread_ids, strategy=strategy, keep_last=keep_last,
+            before=before, dry_run=dry_run,
+        )))
 
     def get_delta_channel_keepset(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> set[str]:
         return self.primary.get_delta_channel_keepset(config=config, channels=channels)
-
-
