@@ -245,10 +245,22 @@ class Standby:
         assert row is not None
         target = lsn_int(row[0])
         deadline = time.monotonic() + timeout
-        while self.replay_lsn() < target:
+        last: psycopg.OperationalError | None = None
+        while True:
+            try:
+                if self.replay_lsn() >= target:
+                    return
+                last = None
+            except psycopg.OperationalError as e:
+                # the standby ended the session (a recovery conflict terminates a
+                # standby's backends; a restart after a stop is still coming up): ask again
+                last = e
             if time.monotonic() > deadline:
-                raise TimeoutError(f"the standby did not catch up in {timeout} s")
-            time.sleep(0.005)
+                raise TimeoutError(
+                    f"the standby did not catch up in {timeout} s"
+                    + (f" (last error: {last})" if last is not None else "")
+                )
+            time.sleep(0.05 if last is not None else 0.005)
 
 
 @contextlib.contextmanager
