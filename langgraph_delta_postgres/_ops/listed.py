@@ -80,7 +80,7 @@ class _Listed:
             if blobs and ch in blobs:
                 i = blobs.index(ch)
                 got = ("b", self.values.pickled(
-                    f"{row['thread_id']}\x1f{row['checkpoint_ns']}", row["blob_tokens"][i],
+                    f"{row['thread_id']}\x1f{row['checkpoint_ns']}", ch, row["blob_tokens"][i],
                     row["blob_types"][i], row["blob_values"][i],
                 ))
             else:

@@ -73,13 +73,7 @@ class RowValues:
         """The value of one blob of a row, a copy of its own. ``scope`` tells tokens of
         different threads and namespaces apart (a list without a thread spans many)."""
         if blob is None:
-            data = self.held.get(token)
-            if data is None:
-                raise CorruptCheckpointError(
-                    f"the stored value of channel {channel!r} (blob {token!r}) has no "
-                    "bytes: the row is corrupt"
-                )
-            return pickle.loads(data)
+            return pickle.loads(self._held(channel, token))
         key = (scope, token)
         first = self._first.get(key)
         if first is None:
@@ -101,21 +95,31 @@ class RowValues:
             return self.loads((typ, blob))
         return pickle.loads(data)
 
-    def pickled(self, scope: str, token: str, typ: str, blob: bytes | None) -> bytes:
+    def pickled(
+        self, scope: str, channel: str, token: str, typ: str, blob: bytes | None
+    ) -> bytes:
         """The pickle of one blob's value, for a later copy (the list prefetch's seeds,
         _ops/listed.py): the held one, the one made for this call's rows, or a fresh
         decode (never a value already handed out, which its caller may have changed).
         Raises what pickling raises (:data:`UNPICKLABLE`)."""
         if blob is None:
-            data = self.held.get(token)
-            if data is None:
-                return pickle.dumps(self.value(scope, "", token, typ, blob))  # raises
-            return data
+            return self._held(channel, token)
         key = (scope, token)
         got = self._pickled.get(key)
         if got is None:
             got = self._pickled[key] = pickle.dumps(self.loads((typ, blob)), protocol=5)
         return got
+
+    def _held(self, channel: str, token: str) -> bytes:
+        """The cache's pickle of a blob the statement sent as NULL (it sends NULL only
+        for the tokens it was told are held; a NULL otherwise is a corrupt row)."""
+        data = self.held.get(token)
+        if data is None:
+            raise CorruptCheckpointError(
+                f"the stored value of channel {channel!r} (blob {token!r}) has no "
+                "bytes: the row is corrupt"
+            )
+        return data
 
     def done(self) -> None:
         """The call's rows are built and handed out: forget the first copies."""
