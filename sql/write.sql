@@ -5,15 +5,19 @@
 -- Parameters: thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id,
 --   checkpoint jsonb (channel_values holding only inline primitives and the `true`
 --   markers of _DeltaSnapshot blobs), metadata jsonb,
---   blob_channels/blob_versions/blob_types/blob_offsets/blob_lengths: the blobs to
---   write (new versions), each cut out of blob_data (bytea: all of them, concatenated;
---   see _ops/write.py, packed_blobs, for why not a bytea[]) at its 1-based offset and length;
---   inline_channels: channels stored inline with a non-null value;
---   probe_channels/probe_versions: every versioned channel not inline (those written
---   here included), with the version channel_versions names, to find out whether a
---   non-"empty" blob was already stored for it (a blob this statement writes again
---   conflicts, and is not returned by new_blobs);
---   delta_channels/delta_updates/delta_supersteps: counters_since_delta_snapshot.
+--   blob_data bytea: the blobs to write (new versions), concatenated (see _ops/write.py,
+--   packed_blobs, for why not a bytea[]);
+--   plan jsonb, the small per-channel lists in one parameter (see _ops/write.py,
+--   put_plan, for why not parallel arrays):
+--     blobs: [channel, version, type, offset, length] of each blob to write, cut out of
+--       blob_data at its 1-based offset and length;
+--     inline: channels stored inline with a non-null value;
+--     probe: [channel, version] of every versioned channel not inline (those written
+--       here included), with the version channel_versions names, to find out whether a
+--       non-"empty" blob was already stored for it (a blob this statement writes again
+--       conflicts, and is not returned by new_blobs);
+--     delta: [channel, updates, supersteps] of counters_since_delta_snapshot, sorted by
+--       channel (none: the delta columns are NULL).
 -- stored_channels = inline ∪ blobs this statement inserted ∪ blobs already present.
 -- A data-modifying CTE's rows are invisible to the rest of the statement, hence the
 -- RETURNING branch next to the probe (which sees what existed before).
@@ -27,12 +31,9 @@ WITH head AS (
     ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET last_put = EXCLUDED.last_put
 ), new_blobs AS (
     INSERT INTO {s}checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
-    SELECT %(thread_id)s, %(checkpoint_ns)s, u.channel, u.version, u.type,
-           substring(%(blob_data)b::bytea FROM u.off FOR u.len)
-    FROM unnest(
-        %(blob_channels)s::text[], %(blob_versions)s::text[], %(blob_types)s::text[],
-        %(blob_offsets)s::int[], %(blob_lengths)s::int[]
-    ) AS u(channel, version, type, off, len)
+    SELECT %(thread_id)s, %(checkpoint_ns)s, u.b ->> 0, u.b ->> 1, u.b ->> 2,
+           substring(%(blob_data)b::bytea FROM (u.b ->> 3)::int FOR (u.b ->> 4)::int)
+    FROM jsonb_array_elements(%(plan)s::jsonb -> 'blobs') AS u(b)
     ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
     RETURNING channel, type
 )
@@ -44,24 +45,29 @@ VALUES (
     %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_checkpoint_id)s,
     %(checkpoint)s, %(metadata)s,
     ARRAY(
-        SELECT ch FROM unnest(%(inline_channels)s::text[]) AS ch
+        SELECT jsonb_array_elements_text(%(plan)s::jsonb -> 'inline')
         UNION
         SELECT nb.channel FROM new_blobs AS nb WHERE nb.type <> 'empty'
         UNION
-        SELECT p.channel
-        FROM unnest(%(probe_channels)s::text[], %(probe_versions)s::text[]) AS p(channel, version)
+        SELECT p.c ->> 0
+        FROM jsonb_array_elements(%(plan)s::jsonb -> 'probe') AS p(c)
         WHERE (
             SELECT TRUE FROM {s}checkpoint_blobs AS b
             WHERE b.thread_id = %(thread_id)s
               AND b.checkpoint_ns = %(checkpoint_ns)s
-              AND b.channel = p.channel
-              AND b.version = p.version
+              AND b.channel = p.c ->> 0
+              AND b.version = p.c ->> 1
               AND b.type <> 'empty'
             LIMIT 1
         ) IS NOT NULL
         ORDER BY 1
     ),
-    %(delta_channels)s::text[], %(delta_updates)s::int[], %(delta_supersteps)s::int[]
+    (SELECT array_agg(d.c ->> 0 ORDER BY d.n)
+     FROM jsonb_array_elements(%(plan)s::jsonb -> 'delta') WITH ORDINALITY AS d(c, n)),
+    (SELECT array_agg((d.c ->> 1)::int ORDER BY d.n)
+     FROM jsonb_array_elements(%(plan)s::jsonb -> 'delta') WITH ORDINALITY AS d(c, n)),
+    (SELECT array_agg((d.c ->> 2)::int ORDER BY d.n)
+     FROM jsonb_array_elements(%(plan)s::jsonb -> 'delta') WITH ORDINALITY AS d(c, n))
 )
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
     checkpoint = EXCLUDED.checkpoint,
@@ -74,9 +80,9 @@ ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
 -- name: insert_writes
 -- put_writes for regular channels: the first write of a (task_id, idx) wins, so a task
 -- retried after a crash cannot change what was recorded. Parameters: thread_id,
--- checkpoint_ns, checkpoint_id, task_id, task_path, and the parallel arrays idxs,
--- channels, types, offsets, lengths (distinct idxs): each write's blob is cut out of data
--- (bytea, the blobs concatenated, as put_checkpoint's blob_data).
+-- checkpoint_ns, checkpoint_id, task_id, task_path, data (bytea, the blobs concatenated,
+-- as put_checkpoint's blob_data) and writes (jsonb): [idx, channel, type, offset, length]
+-- of each write (distinct idxs), its blob cut out of data at its 1-based offset and length.
 -- A write to a checkpoint that is not the namespace's last put (one that may have a
 -- child, which caches may hold a chain through) bumps late_writes, deciding on the
 -- locked row's latest version (see migrations/0006_checkpoint_epochs.sql); the common
@@ -117,11 +123,9 @@ WITH late AS (
 INSERT INTO {s}checkpoint_writes
     (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
 SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, %(task_path)s,
-       u.idx, u.channel, u.type, substring(%(data)b::bytea FROM u.off FOR u.len)
-FROM unnest(
-    %(idxs)s::int[], %(channels)s::text[], %(types)s::text[],
-    %(offsets)s::int[], %(lengths)s::int[]
-) AS u(idx, channel, type, off, len)
+       (u.w ->> 0)::int, u.w ->> 1, u.w ->> 2,
+       substring(%(data)b::bytea FROM (u.w ->> 3)::int FOR (u.w ->> 4)::int)
+FROM jsonb_array_elements(%(writes)s::jsonb) AS u(w)
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
 
 -- name: upsert_writes
@@ -131,11 +135,9 @@ ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
 INSERT INTO {s}checkpoint_writes
     (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
 SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, %(task_path)s,
-       u.idx, u.channel, u.type, substring(%(data)b::bytea FROM u.off FOR u.len)
-FROM unnest(
-    %(idxs)s::int[], %(channels)s::text[], %(types)s::text[],
-    %(offsets)s::int[], %(lengths)s::int[]
-) AS u(idx, channel, type, off, len)
+       (u.w ->> 0)::int, u.w ->> 1, u.w ->> 2,
+       substring(%(data)b::bytea FROM (u.w ->> 3)::int FOR (u.w ->> 4)::int)
+FROM jsonb_array_elements(%(writes)s::jsonb) AS u(w)
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
     channel = EXCLUDED.channel,
     type = EXCLUDED.type,

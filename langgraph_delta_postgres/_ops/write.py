@@ -42,22 +42,28 @@ def next_version(current: str | int | float | None) -> str:
     return f"{n + 1:032}.{random.random():016}"
 
 
-def packed_blobs(blobs: Sequence[bytes], prefix: str = "") -> dict[str, Any]:
-    """Blobs as the write statements take them: one ``bytea`` parameter holding them all
-    (``{prefix}data``), and each one's 1-based offset and length in it; the statement cuts
-    them out with ``substring``. A ``bytea[]`` parameter instead costs the server two more
-    copies of every blob (receiving an array copies each element, then the whole array):
-    with a 5 MB / 50 MB value, put took 1.5x / 1.4x the time (``%(x)b`` either way)."""
-    offsets: list[int] = []
+def packed_blobs(blobs: Sequence[bytes]) -> tuple[bytes, list[tuple[int, int]]]:
+    """Blobs as the write statements take them: one ``bytea`` parameter holding them all,
+    and each one's 1-based offset and length in it; the statement cuts them out with
+    ``substring``. A ``bytea[]`` parameter instead costs the server two more copies of
+    every blob (receiving an array copies each element, then the whole array): with a
+    5 MB / 50 MB value, put took 1.5x / 1.4x the time (``%(x)b`` either way)."""
+    spans: list[tuple[int, int]] = []
     at = 1
     for b in blobs:
-        offsets.append(at)
+        spans.append((at, len(b)))
         at += len(b)
-    return {
-        f"{prefix}data": b"".join(blobs),
-        f"{prefix}offsets": offsets,
-        f"{prefix}lengths": [len(b) for b in blobs],
-    }
+    return b"".join(blobs), spans
+
+
+def plan_param(plan: Any) -> Jsonb:
+    """The small per-row lists of a write statement (channels, versions, types, offsets,
+    counters) as one ``jsonb`` parameter the statement unpacks with
+    ``jsonb_array_elements``, instead of parallel ``text[]`` / ``int[]`` parameters:
+    psycopg dumps arrays element by element in Python, which was the largest part of
+    put's and put_writes' client time (``scripts/profile_agent_turn.py``); one
+    ``json.dumps`` does it in C, and the statement has fewer parameters to bind."""
+    return Jsonb(plan)
 
 
 def _op_put(
@@ -95,17 +101,23 @@ def _op_put(
     # return nothing), is the database's to say: the statement probes them by
     # primary key.
     known = {k for k, v in inline.items() if v is not None}
-    probe = [(k, str(v)) for k, v in versions.items() if k not in known]
+    probe = [[k, str(v)] for k, v in versions.items() if k not in known]
     md = get_serializable_checkpoint_metadata(config, metadata)
     counters = md.get("counters_since_delta_snapshot")
-    delta: tuple[list[str] | None, list[int] | None, list[int] | None] = (None, None, None)
-    if isinstance(counters, Mapping) and counters:
-        names = sorted(counters)
-        delta = (
-            names,
-            [int(counters[n][0]) for n in names],
-            [int(counters[n][1]) for n in names],
-        )
+    delta = (
+        [[n, int(counters[n][0]), int(counters[n][1])] for n in sorted(counters)]
+        if isinstance(counters, Mapping) else []
+    )
+    data, spans = packed_blobs([b[3] for b in blob_rows])
+    plan = {
+        "blobs": [
+            [channel, version, type_, off, length]
+            for (channel, version, type_, _), (off, length) in zip(blob_rows, spans, strict=True)
+        ],
+        "inline": [k for k, v in inline.items() if v is not None],
+        "probe": probe,
+        "delta": delta,
+    }
     yield Stmt(
         ctx.queries["write.put_checkpoint"],
         {
@@ -115,16 +127,8 @@ def _op_put(
             "parent_checkpoint_id": parent_id,
             "checkpoint": Jsonb(stored),
             "metadata": Jsonb(md),
-            "blob_channels": [b[0] for b in blob_rows],
-            "blob_versions": [b[1] for b in blob_rows],
-            "blob_types": [b[2] for b in blob_rows],
-            **packed_blobs([b[3] for b in blob_rows], "blob_"),
-            "inline_channels": [k for k, v in inline.items() if v is not None],
-            "probe_channels": [p[0] for p in probe],
-            "probe_versions": [p[1] for p in probe],
-            "delta_channels": delta[0],
-            "delta_updates": delta[1],
-            "delta_supersteps": delta[2],
+            "blob_data": data,
+            "plan": plan_param(plan),
         },
         fetch=False,
     )
@@ -174,6 +178,7 @@ def _put_writes(
         idx = WRITES_IDX_MAP.get(ch, i)
         if special or idx not in by_idx:  # upsert: the last wins; insert: the first
             by_idx[idx] = (ch, *ctx.serde.dumps_typed(value))
+    data, spans = packed_blobs([w[2] for w in by_idx.values()])
     yield Stmt(
         ctx.queries["write.upsert_writes" if special else "write.insert_writes"],
         {
@@ -182,10 +187,11 @@ def _put_writes(
             "checkpoint_id": checkpoint_id,
             "task_id": task_id,
             "task_path": task_path or "",
-            "idxs": list(by_idx),
-            "channels": [w[0] for w in by_idx.values()],
-            "types": [w[1] for w in by_idx.values()],
-            **packed_blobs([w[2] for w in by_idx.values()]),
+            "data": data,
+            "writes": plan_param([
+                [idx, ch, type_, off, length]
+                for (idx, (ch, type_, _)), (off, length) in zip(by_idx.items(), spans, strict=True)
+            ]),
         },
         fetch=False,
     )

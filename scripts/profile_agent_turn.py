@@ -1,0 +1,144 @@
+"""Where a turn's time goes on the agent session: the saver's calls vs the rest.
+
+    python scripts/profile_agent_turn.py [--dsn DSN] [--turns 150] [--cprofile]
+
+Runs the bench's deepagents session (``langgraph_delta_postgres.bench.agent``: scripted
+model, no network) for ``--turns`` turns on ours (``DeltaPostgresSaver``), the official
+``PostgresSaver`` and ``InMemorySaver``, turn by turn interleaved, each on its own thread
+(without --dsn on the embedded Postgres, in a scratch database dropped afterwards). Every
+saver method LangGraph calls during ``invoke`` is wrapped with a timer and a counter.
+Prints, per saver, the median turn, the median time inside the saver per turn, and each
+method's calls and milliseconds per turn (medians over the second half of the session).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import gc
+import pstats
+import statistics
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.postgres import PostgresSaver
+
+from langgraph_delta_postgres import DeltaPostgresSaver
+from langgraph_delta_postgres.bench.agent import SCALES, _cfg, _turn_inputs, build_agent
+from langgraph_delta_postgres.bench.common import connect_official, connect_ours
+from langgraph_delta_postgres.cli.postgres import embedded_postgres
+from langgraph_delta_postgres.migrate import migrate
+
+TIMED = ("get_tuple", "get_delta_channel_history", "put", "put_writes", "list")
+
+
+class SaverClock:
+    """Time and calls spent inside the wrapped methods of one saver object."""
+
+    def __init__(self, saver: Any, prof: cProfile.Profile | None) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self.prof = prof
+        for name in TIMED:
+            setattr(saver, name, self._wrap(name, getattr(saver, name)))
+
+    def reset(self) -> None:
+        self.seconds.clear()
+        self.calls.clear()
+
+    def _wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*a: Any, **kw: Any) -> Any:
+            if self.prof is not None:
+                self.prof.enable()
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                self.seconds[name] += time.perf_counter() - t0
+                self.calls[name] += 1
+                if self.prof is not None:
+                    self.prof.disable()
+
+        return timed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dsn")
+    ap.add_argument("--turns", type=int, default=150)
+    ap.add_argument("--cprofile", action="store_true",
+                    help="also print cProfile's top functions of ours' saver calls")
+    args = ap.parse_args()
+    prof = cProfile.Profile() if args.cprofile else None
+    db = f"lgdp_profile_{uuid.uuid4().hex[:8]}"
+    rows: dict[str, list[tuple[float, dict[str, float], dict[str, int]]]] = defaultdict(list)
+    cpu: dict[str, list[float]] = defaultdict(list)
+    with contextlib.ExitStack() as stack:
+        server = args.dsn or stack.enter_context(embedded_postgres())
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{db}"')
+
+        def drop() -> None:
+            with psycopg.connect(server, autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+        stack.callback(drop)
+        dsn = psycopg.conninfo.make_conninfo(server, dbname=db)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            migrate(conn)
+        ours_conn, off_conn = connect_ours(dsn), connect_official(dsn)
+        stack.callback(ours_conn.close)
+        stack.callback(off_conn.close)
+        savers: dict[str, Any] = {
+            "ours": DeltaPostgresSaver(ours_conn), "official": PostgresSaver(off_conn),
+            "inmemory": InMemorySaver(),
+        }
+        clocks = {k: SaverClock(s, prof if k == "ours" else None) for k, s in savers.items()}
+        tokens = SCALES["full"].max_input_tokens
+        graphs = {k: build_agent(s, tokens)[0] for k, s in savers.items()}
+        names = list(savers)
+        for i in range(args.turns):
+            for k in names[i % 3:] + names[: i % 3]:
+                gc.collect()
+                clocks[k].reset()
+                t0, c0 = time.perf_counter(), time.process_time()
+                graphs[k].invoke(_turn_inputs(i), _cfg(f"agent-{k}"))
+                rows[k].append((time.perf_counter() - t0, dict(clocks[k].seconds),
+                                dict(clocks[k].calls)))
+                cpu[k].append(time.process_time() - c0)
+    half = args.turns // 2
+    print(f"{args.turns}-turn deepagents session, medians over turns {half}-{args.turns} (ms)\n")
+    print("| saver | turn | process CPU | inside the saver | rest | " + " | ".join(TIMED) + " |")
+    print("|---|---|---|---|---|" + "---|" * len(TIMED))
+    for k in names:
+        tail = rows[k][half:]
+        turn = statistics.median(t for t, _, _ in tail)
+        inside = statistics.median(sum(s.values()) for _, s, _ in tail)
+        rest = statistics.median(t - sum(s.values()) for t, s, _ in tail)
+        cells = []
+        for m in TIMED:
+            ms = statistics.median(s.get(m, 0.0) for _, s, _ in tail) * 1000
+            n = statistics.median(c.get(m, 0) for _, _, c in tail)
+            cells.append(f"{ms:.2f} ({n:g})")
+        proc = statistics.median(cpu[k][half:])
+        print(f"| {k} | {turn * 1000:.2f} | {proc * 1000:.2f} | {inside * 1000:.2f} | "
+              f"{rest * 1000:.2f} | "
+              + " | ".join(cells) + " |")
+    pairs = [a[0] / b[0] for a, b in zip(rows["ours"][half:], rows["official"][half:],
+                                         strict=True)]
+    print(f"\nturn by turn ours/official: {statistics.median(pairs):.2f}x (second half); all "
+          "turns " + str(round(statistics.median(
+              a[0] / b[0] for a, b in zip(rows["ours"], rows["official"], strict=True)), 2)) + "x")
+    if prof is not None:
+        print("\nours, cProfile of the saver calls (all turns), by internal time:")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+
+
+if __name__ == "__main__":
+    main()
