@@ -276,19 +276,9 @@ def run_alone(
 ) -> dict[str, Any]:
     """``langgraph-delta-pg bench --only agent``: this part alone, on a scratch database
     of the same server the full run uses."""
-    import uuid
+    from .common import section_database
 
-    import psycopg
-
-    from .common import machine_facts, scratch_database
-
-    res: dict[str, Any] = {"command": command, "scale": scale}
-    with server(args.dsn) as (server_dsn, source), scratch_database(
-        server_dsn, uuid.uuid4().hex[:10]
-    ) as (dsn, where):
-        res["database"] = {"source": source, "scratch": where}
-        with psycopg.connect(dsn, autocommit=True) as meter:
-            res["machine"] = machine_facts(meter)
+    with section_database(args, scale, server, command, migrated=False) as (res, dsn, _):
         t0 = time.perf_counter()
         res["agent"] = run_agent(dsn, scale, lambda m: print(m, flush=True))
         res["agent"]["seconds"] = time.perf_counter() - t0

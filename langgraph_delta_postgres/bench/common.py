@@ -233,6 +233,33 @@ def scratch_database(admin_dsn: str, tag: str) -> Iterator[tuple[str, str]]:
             )
 
 
+@contextlib.contextmanager
+def section_database(
+    args: Any, scale: str, server: Callable[[str | None], Any], command: str, *,
+    migrated: bool = True, frozen: bool = False,
+) -> Iterator[tuple[dict[str, Any], str, str]]:
+    """The setting of a ``bench --only SECTION`` run: the server the full run uses, a
+    scratch database on it (``migrated``: with our tables; ``frozen``: autovacuum off on
+    them), and the result dict with the command, the scale, the database and the machine;
+    ``(result, dsn, server_dsn)``."""
+    import uuid
+
+    from langgraph_delta_postgres.migrate import migrate
+
+    res: dict[str, Any] = {"command": command, "scale": scale}
+    with server(args.dsn) as (server_dsn, source), scratch_database(
+        server_dsn, uuid.uuid4().hex[:10]
+    ) as (dsn, where):
+        res["database"] = {"source": source, "scratch": where}
+        with psycopg.connect(dsn, autocommit=True) as meter:
+            if migrated:
+                migrate(meter)
+            if frozen:
+                freeze_autovacuum(meter)
+            res["machine"] = machine_facts(meter)
+        yield res, dsn, server_dsn
+
+
 # ---------------------------------------------------------------- machine facts
 
 

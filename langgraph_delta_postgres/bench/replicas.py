@@ -31,7 +31,6 @@ import random
 import statistics
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -289,18 +288,9 @@ def run_alone(
 ) -> dict[str, Any]:
     """``langgraph-delta-pg bench --only replicas``: a scratch database, a standby of the
     server, the rounds; prints the summary."""
-    from langgraph_delta_postgres.migrate import migrate
+    from .common import section_database
 
-    from .common import machine_facts, scratch_database
-
-    res: dict[str, Any] = {"command": command, "scale": scale}
-    with server(args.dsn) as (server_dsn, source), scratch_database(
-        server_dsn, uuid.uuid4().hex[:10]
-    ) as (dsn, where):
-        res["database"] = {"source": source, "scratch": where}
-        with psycopg.connect(dsn, autocommit=True) as meter:
-            migrate(meter)
-            res["machine"] = machine_facts(meter)
+    with section_database(args, scale, server, command) as (res, dsn, server_dsn):
         with standby_of(server_dsn) as standby:
             res["replicas"] = run_replicas(dsn, server_dsn, scale,
                                            lambda m: print(m, flush=True), standby)

@@ -172,20 +172,8 @@ def run_alone(
 ) -> dict[str, Any]:
     """``langgraph-delta-pg bench --only retention``: this part alone, on a scratch
     database of the same server the full run uses."""
-    import uuid
+    from .common import section_database
 
-    from langgraph_delta_postgres.migrate import migrate
-
-    from .common import freeze_autovacuum, machine_facts, scratch_database
-
-    res: dict[str, Any] = {"command": command, "scale": scale}
-    with server(args.dsn) as (server_dsn, source), scratch_database(
-        server_dsn, uuid.uuid4().hex[:10]
-    ) as (dsn, where):
-        res["database"] = {"source": source, "scratch": where}
-        with psycopg.connect(dsn, autocommit=True) as meter:
-            migrate(meter)
-            freeze_autovacuum(meter)
-            res["machine"] = machine_facts(meter)
+    with section_database(args, scale, server, command, frozen=True) as (res, dsn, _):
         res["retention"] = run_retention(dsn, scale, lambda m: print(m, flush=True))
     return res
