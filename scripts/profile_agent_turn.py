@@ -19,6 +19,7 @@ import cProfile
 import gc
 import pstats
 import statistics
+import threading
 import time
 import uuid
 from collections import defaultdict
@@ -68,6 +69,29 @@ class SaverClock:
         return timed
 
 
+class ExitWait:
+    """Time the invoking thread spends in LangGraph's ``BackgroundExecutor.__exit__`` (the
+    end of a run: waiting for the puts and writes still running in the background)."""
+
+    def __init__(self) -> None:
+        from langgraph.pregel import _executor
+
+        self.seconds = 0.0
+        inner = _executor.BackgroundExecutor.__exit__
+        main_thread = threading.main_thread()
+
+        def timed_exit(ex: Any, *a: Any) -> Any:
+            if threading.current_thread() is not main_thread:
+                return inner(ex, *a)
+            t0 = time.perf_counter()
+            try:
+                return inner(ex, *a)
+            finally:
+                self.seconds += time.perf_counter() - t0
+
+        _executor.BackgroundExecutor.__exit__ = timed_exit  # type: ignore[method-assign]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dsn")
@@ -79,6 +103,8 @@ def main() -> None:
     db = f"lgdp_profile_{uuid.uuid4().hex[:8]}"
     rows: dict[str, list[tuple[float, dict[str, float], dict[str, int]]]] = defaultdict(list)
     cpu: dict[str, list[float]] = defaultdict(list)
+    exit_wait: dict[str, list[float]] = defaultdict(list)
+    waits = ExitWait()
     with contextlib.ExitStack() as stack:
         server = args.dsn or stack.enter_context(embedded_postgres())
         with psycopg.connect(server, autocommit=True) as admin:
@@ -107,15 +133,18 @@ def main() -> None:
             for k in names[i % 3:] + names[: i % 3]:
                 gc.collect()
                 clocks[k].reset()
+                waits.seconds = 0.0
                 t0, c0 = time.perf_counter(), time.process_time()
                 graphs[k].invoke(_turn_inputs(i), _cfg(f"agent-{k}"))
                 rows[k].append((time.perf_counter() - t0, dict(clocks[k].seconds),
                                 dict(clocks[k].calls)))
                 cpu[k].append(time.process_time() - c0)
+                exit_wait[k].append(waits.seconds)
     half = args.turns // 2
     print(f"{args.turns}-turn deepagents session, medians over turns {half}-{args.turns} (ms)\n")
-    print("| saver | turn | process CPU | inside the saver | rest | " + " | ".join(TIMED) + " |")
-    print("|---|---|---|---|---|" + "---|" * len(TIMED))
+    print("| saver | turn | process CPU | waiting at the run's end | inside the saver | rest | "
+          + " | ".join(TIMED) + " |")
+    print("|---|---|---|---|---|---|" + "---|" * len(TIMED))
     for k in names:
         tail = rows[k][half:]
         turn = statistics.median(t for t, _, _ in tail)
@@ -127,7 +156,9 @@ def main() -> None:
             n = statistics.median(c.get(m, 0) for _, _, c in tail)
             cells.append(f"{ms:.2f} ({n:g})")
         proc = statistics.median(cpu[k][half:])
-        print(f"| {k} | {turn * 1000:.2f} | {proc * 1000:.2f} | {inside * 1000:.2f} | "
+        ew = statistics.median(exit_wait[k][half:])
+        print(f"| {k} | {turn * 1000:.2f} | {proc * 1000:.2f} | {ew * 1000:.2f} | "
+              f"{inside * 1000:.2f} | "
               f"{rest * 1000:.2f} | "
               + " | ".join(cells) + " |")
     pairs = [a[0] / b[0] for a, b in zip(rows["ours"][half:], rows["official"][half:],
