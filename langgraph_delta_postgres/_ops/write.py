@@ -100,7 +100,8 @@ def _op_put(
     # the blobs written here (the same checkpoint put again: the inserts conflict and
     # return nothing), is the database's to say: the statement probes them by
     # primary key.
-    known = {k for k, v in inline.items() if v is not None}
+    inline_channels = [k for k, v in inline.items() if v is not None]
+    known = set(inline_channels)
     probe = [[k, str(v)] for k, v in versions.items() if k not in known]
     md = get_serializable_checkpoint_metadata(config, metadata)
     counters = md.get("counters_since_delta_snapshot")
@@ -114,7 +115,7 @@ def _op_put(
             [channel, version, type_, off, length]
             for (channel, version, type_, _), (off, length) in zip(blob_rows, spans, strict=True)
         ],
-        "inline": [k for k, v in inline.items() if v is not None],
+        "inline": inline_channels,
         "probe": probe,
         "delta": delta,
     }
