@@ -14,7 +14,6 @@ method's calls and milliseconds per turn (medians over the second half of the se
 from __future__ import annotations
 
 import argparse
-import contextlib
 import cProfile
 import gc
 import pstats
@@ -26,15 +25,12 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-import psycopg
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.postgres import PostgresSaver
 
 from langgraph_delta_postgres import DeltaPostgresSaver
 from langgraph_delta_postgres.bench.agent import SCALES, _cfg, _turn_inputs, build_agent
-from langgraph_delta_postgres.bench.common import connect_official, connect_ours
-from langgraph_delta_postgres.cli.postgres import embedded_postgres
-from langgraph_delta_postgres.migrate import migrate
+from langgraph_delta_postgres.bench.common import scratch_pair
 
 TIMED = ("get_tuple", "get_delta_channel_history", "put", "put_writes", "list")
 
@@ -100,27 +96,11 @@ def main() -> None:
                     help="also print cProfile's top functions of ours' saver calls")
     args = ap.parse_args()
     prof = cProfile.Profile() if args.cprofile else None
-    db = f"lgdp_profile_{uuid.uuid4().hex[:8]}"
     rows: dict[str, list[tuple[float, dict[str, float], dict[str, int]]]] = defaultdict(list)
     cpu: dict[str, list[float]] = defaultdict(list)
     exit_wait: dict[str, list[float]] = defaultdict(list)
     waits = ExitWait()
-    with contextlib.ExitStack() as stack:
-        server = args.dsn or stack.enter_context(embedded_postgres())
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(f'CREATE DATABASE "{db}"')
-
-        def drop() -> None:
-            with psycopg.connect(server, autocommit=True) as admin:
-                admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-
-        stack.callback(drop)
-        dsn = psycopg.conninfo.make_conninfo(server, dbname=db)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            migrate(conn)
-        ours_conn, off_conn = connect_ours(dsn), connect_official(dsn)
-        stack.callback(ours_conn.close)
-        stack.callback(off_conn.close)
+    with scratch_pair(args.dsn, f"turn_{uuid.uuid4().hex[:8]}") as (ours_conn, off_conn):
         savers: dict[str, Any] = {
             "ours": DeltaPostgresSaver(ours_conn), "official": PostgresSaver(off_conn),
             "inmemory": InMemorySaver(),

@@ -14,7 +14,6 @@ of the calling thread (the client's share: serialization, parameter dumping, psy
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import gc
 import statistics
@@ -23,15 +22,12 @@ import uuid
 from collections import defaultdict
 from typing import Any
 
-import psycopg
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.postgres import PostgresSaver
 
 from langgraph_delta_postgres import DeltaPostgresSaver
 from langgraph_delta_postgres.bench.agent import SCALES, _cfg, _turn_inputs, build_agent
-from langgraph_delta_postgres.bench.common import connect_official, connect_ours
-from langgraph_delta_postgres.cli.postgres import embedded_postgres
-from langgraph_delta_postgres.migrate import migrate
+from langgraph_delta_postgres.bench.common import scratch_pair
 
 
 def _plain(config: Any) -> dict[str, Any]:
@@ -70,23 +66,7 @@ def main() -> None:
     calls = record(args.turns)
     wall: dict[tuple[str, str], list[float]] = defaultdict(list)
     cpu: dict[tuple[str, str], list[float]] = defaultdict(list)
-    db = f"lgdp_replay_{uuid.uuid4().hex[:8]}"
-    with contextlib.ExitStack() as stack:
-        server = args.dsn or stack.enter_context(embedded_postgres())
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(f'CREATE DATABASE "{db}"')
-
-        def drop() -> None:
-            with psycopg.connect(server, autocommit=True) as admin:
-                admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-
-        stack.callback(drop)
-        dsn = psycopg.conninfo.make_conninfo(server, dbname=db)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            migrate(conn)
-        ours_conn, off_conn = connect_ours(dsn), connect_official(dsn)
-        stack.callback(ours_conn.close)
-        stack.callback(off_conn.close)
+    with scratch_pair(args.dsn, f"replay_{uuid.uuid4().hex[:8]}") as (ours_conn, off_conn):
         savers = [("ours", DeltaPostgresSaver(ours_conn)), ("official", PostgresSaver(off_conn))]
         for r in range(args.rounds):
             for name, saver in savers if r % 2 == 0 else savers[::-1]:

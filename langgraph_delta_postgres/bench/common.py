@@ -234,6 +234,28 @@ def scratch_database(admin_dsn: str, tag: str) -> Iterator[tuple[str, str]]:
 
 
 @contextlib.contextmanager
+def scratch_pair(
+    dsn: str | None, tag: str
+) -> Iterator[tuple[psycopg.Connection[Any], psycopg.Connection[Any]]]:
+    """Ours' and the official saver's connections (as their ``from_conn_string`` open
+    them) on a migrated scratch database of the server at ``dsn`` (the embedded Postgres
+    when None); closed, and the database dropped, afterwards. For the scripts that put
+    the two savers side by side outside the bench."""
+    from langgraph_delta_postgres.migrate import migrate
+
+    from ..cli.postgres import embedded_postgres
+
+    with contextlib.ExitStack() as stack:
+        server = dsn or stack.enter_context(embedded_postgres())
+        scratch, _ = stack.enter_context(scratch_database(server, tag))
+        with psycopg.connect(scratch, autocommit=True) as conn:
+            migrate(conn)
+        ours = stack.enter_context(connect_ours(scratch))
+        official = stack.enter_context(connect_official(scratch))
+        yield ours, official
+
+
+@contextlib.contextmanager
 def section_database(
     args: Any, scale: str, server: Callable[[str | None], Any], command: str, *,
     migrated: bool = True, frozen: bool = False,
