@@ -766,9 +766,10 @@ def run_load(admin_dsn: str, scale_name: str, log: Callable[[str], None]) -> dic
         f"{server.max_connections}, pools of min(N, {POOL_CAP})"
     )
     try:
-        with scratch_database(admin_dsn, f"{tag}o") as (ours_dsn, _), scratch_database(
+        with scratch_database(admin_dsn, f"{tag}o") as (ours_dsn, ours_where), scratch_database(
             admin_dsn, f"{tag}f"
-        ) as (off_dsn, _):
+        ) as (off_dsn, off_where):
+            out["scratch"] = {"ours": ours_where, "official": off_where}
             dbs = {
                 "ours": _setup("ours", ours_dsn, server, ls),
                 "official": _setup("official", off_dsn, server, ls),
