@@ -5,7 +5,7 @@ LangGraph makes next on its checkpoints (``get_state_history``), by the walk's r
 from __future__ import annotations
 
 import pickle
-from typing import Any
+from typing import Any, NamedTuple
 
 from langgraph.checkpoint.base import DeltaChannelHistory, PendingWrite
 
@@ -40,7 +40,8 @@ class _Listed:
     float or bool: immutable."""
 
     __slots__ = (
-        "saver", "thread_id", "max_depth", "rows", "values", "_writes", "_seeds", "broken",
+        "saver", "thread_id", "max_depth", "rows", "values", "_writes", "_seeds", "_chains",
+        "broken",
     )
 
     #: no seed at this row for this channel
@@ -63,6 +64,9 @@ class _Listed:
         #: (namespace, checkpoint id, channel) -> ("b", pickled value) | ("i", inline
         #: primitive) | _NONE
         self._seeds: dict[tuple[str, str, str], tuple[str, Any]] = {}
+        #: (namespace, checkpoint id, channel) -> the walk from that row down (itself
+        #: included), see :meth:`_chain`
+        self._chains: dict[tuple[str, str, str], _Chain | None] = {}
         #: a value that does not pickle: this listing answers nothing more
         self.broken = False
 
@@ -110,6 +114,45 @@ class _Listed:
         got = self._writes[key] = pickle.dumps(ws, protocol=5)
         return got
 
+    def _chain(self, ns: str, cid: str | None, ch: str, loads: Any) -> _Chain | None:
+        """The walk of ``ch`` from row ``cid`` down (the row included): its writes,
+        the seed it stops at and the rows it visits; None when it leaves the listing.
+        A history pass asks for the chain of every row, each one row above the last:
+        every row's chain is kept, so each row is visited once per channel, not once
+        per checkpoint above it."""
+        path: list[tuple[str, Row]] = []
+        below: _Chain | None
+        limit = len(self.rows) + 1  # longer: a cycle (answer's depth guard says None)
+        while True:
+            if cid is None:
+                below = _ROOT
+                break
+            got = self._chains.get((ns, cid, ch), _MISSING)
+            if got is not _MISSING:
+                below = got  # type: ignore[assignment]
+                break
+            row = self.rows.get((ns, cid))
+            if row is None or len(path) >= limit:
+                below = None  # below the listing (or a missing parent), or a cycle
+                break
+            path.append((cid, row))
+            if self._seed_of(row, ch, loads) is not self._NONE:
+                below = _ROOT  # the seed row ends the walk (its writes count)
+                break
+            cid = row["parent_checkpoint_id"]
+        for cid_, row in reversed(path):
+            if below is not None:
+                w = self._writes_of(row, ch, loads)
+                seed = self._seed_of(row, ch, loads)
+                if seed is self._NONE:
+                    seed = below.seed
+                below = _Chain(
+                    (w, below.writes) if w is not None else below.writes, seed,
+                    below.depth + 1,
+                )
+            self._chains[(ns, cid_, ch)] = below
+        return below
+
     def answer(
         self, ns: str, checkpoint_id: str, channels: list[str], loads: Any
     ) -> dict[str, DeltaChannelHistory] | None:
@@ -122,30 +165,21 @@ class _Listed:
         result: dict[str, DeltaChannelHistory] = {}
         try:
             for ch in channels:
+                chain = self._chain(ns, target["parent_checkpoint_id"], ch, loads)
+                if chain is None or chain.depth > limit:
+                    # below the listing, a missing parent, a cycle, or the walk's depth
+                    # guard would stop it with the channel still walking (it raises)
+                    return None
                 parts: list[bytes] = []
-                seed = self._NONE
-                cid = target["parent_checkpoint_id"]
-                depth = 0
-                while cid is not None:
-                    if depth >= limit:
-                        # the walk's depth guard would stop here with the channel still
-                        # walking (it raises), or the listing holds a cycle (it raises)
-                        return None
-                    row = self.rows.get((ns, cid))
-                    if row is None:
-                        return None  # below the listing (or a missing parent)
-                    depth += 1
-                    w = self._writes_of(row, ch, loads)
-                    if w is not None:
-                        parts.append(w)
-                    seed = self._seed_of(row, ch, loads)
-                    if seed is not self._NONE:
-                        break
-                    cid = row["parent_checkpoint_id"]
+                link = chain.writes
+                while link is not None:
+                    parts.append(link[0])
+                    link = link[1]
                 writes: list[PendingWrite] = []
                 for data in reversed(parts):
                     writes.extend(pickle.loads(data))
                 entry: DeltaChannelHistory = {"writes": writes}
+                seed = chain.seed
                 if seed[0] == "b":
                     entry["seed"] = pickle.loads(seed[1])
                 elif seed[0] == "i":
@@ -155,3 +189,19 @@ class _Listed:
             self.broken = True
             return None
         return result
+
+
+class _Chain(NamedTuple):
+    """A walk of one channel from a listed row down: see :meth:`_Listed._chain`."""
+
+    #: the pickled writes of each row that has some, newest first, as a linked list
+    #: (``(part, rest)``, None at the end): a row's chain shares the one below it, so
+    #: keeping every row's chain costs one link per row, not one per row below it
+    writes: _Link | None
+    seed: tuple[str, Any]  # where it stops (_Listed._NONE: at the root)
+    depth: int  # rows visited
+
+
+_Link = tuple[bytes, "_Link | None"]
+_ROOT = _Chain(None, _Listed._NONE, 0)
+_MISSING = object()

@@ -315,6 +315,25 @@ async def check_thread(r: Reader, thread: str, channels: list[str]) -> tuple[int
     after = r.stats()
     assert after.prefetch_hits - before.prefetch_hits == answered, thread
     assert after.history_calls - before.history_calls == len(tuples)
+    # a listing keeps the walk of every row it has walked (_Listed._chain) and later
+    # answers start from those: asked oldest first, or in a shuffled order, a fresh
+    # listing answers the same checkpoints, with the same histories
+    for order in ("oldest first", "shuffled"):
+        core._PREFETCH.set(None)
+        again_listed = await r.list({"configurable": {"thread_id": thread}})
+        fresh = core._PREFETCH.get()
+        assert isinstance(fresh, core._Listed)
+        seq = (again_listed[::-1] if order == "oldest first"
+               else random.Random(len(again_listed)).sample(again_listed, len(again_listed)))
+        n = 0
+        for t in seq:
+            key = (t.config["configurable"]["checkpoint_ns"],
+                   t.config["configurable"]["checkpoint_id"])
+            got = fresh.answer(*key, channels, loads)
+            if got is not None:
+                n += 1
+                assert canon_history(got) == walks[key], (thread, order, key)
+        assert n == answered, (thread, order)
     # pages (limit, before) and a filtered list: chains reach below the listing there;
     # the listing answers what it holds whole and declines the rest
     for kw in ({"limit": 7}, {"before": tuples[len(tuples) // 2].config, "limit": 5},
