@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import statistics
 import threading
@@ -63,7 +64,7 @@ CLIENT_PROCS = 4
 WARM_TURNS = 6  # per pool connection, before the clock starts (> the prepare threshold)
 #: Untimed turns of every session on its own thread before the clock starts: the process
 #: has served the conversation before, as a running server has (a saver's first read of
-#: a thread, a fixed cost per session, would otherwise weigh 40 turns at 1 session and
+#: a thread, a fixed cost per session, would otherwise weigh 100 turns at 1 session and
 #: 6 at 64; the cold read is the loads section's subject).
 SESSION_WARM_TURNS = 1
 MODES = ("asyncio", "threads")
@@ -82,14 +83,16 @@ class LoadScale:
     #: Session i starts on a thread holding prior + stagger[i % len(stagger)] turns. A
     #: DeltaChannel writes its _DeltaSnapshot every 100 updates (about 30 coding_a
     #: turns); had every session started on copies of one thread, every session would
-    #: write one in the same turn of its run, once per 40 turns at 1 session but once
-    #: per 6 at 64 (a fixed cost per session, spread over fewer turns). Starting points
+    #: write one in the same turn of its run (a fixed cost per session, spread over a
+    #: run's 100 turns at 1 session but over 6 at 64). Starting points
     #: spread over one such cycle put the snapshots where a real thread has them.
     stagger: tuple[int, ...] = (0,)
 
 
 SCALES = {
-    "full": LoadScale((1, 4, 16, 64), {1: 40, 4: 20, 16: 10, 64: 6}, reps=2, prior=30,
+    # at least 100 turns per run: the p99 of fewer is the run's single slowest turn (one
+    # garbage collection or one snapshot write decides it); of 100, the second slowest
+    "full": LoadScale((1, 4, 16, 64), {1: 100, 4: 25, 16: 10, 64: 6}, reps=2, prior=30,
                       stagger=(0, 5, 10, 15, 20, 25)),
     "quick": LoadScale((1, 4, 16), {1: 20, 4: 10, 16: 5}, reps=2, prior=20,
                        stagger=(0, 10, 20)),
@@ -430,7 +433,7 @@ def _pcts(xs: list[float]) -> dict[str, float]:
     if not xs:
         return {"p50": float("nan"), "p99": float("nan"), "n": 0}
     s = sorted(xs)
-    p99 = s[min(len(s) - 1, max(0, round(0.99 * len(s) + 0.5) - 1))]
+    p99 = s[max(0, math.ceil(0.99 * len(s)) - 1)]  # nearest rank
     return {"p50": statistics.median(s) * 1000, "p99": p99 * 1000, "max": s[-1] * 1000,
             "n": len(s)}
 
@@ -934,8 +937,8 @@ def markdown(res: dict[str, Any], img_rel: str = "img") -> list[str]:
         "the server waiting to send (`ClientWrite`) inside both savers' statements. Before "
         f"the clock starts each session runs {ld.get('session_warm_turns', 0)} untimed "
         "turn(s) on its thread, as a server that has been serving the conversation has (a "
-        "saver's first read of a thread is a fixed cost per session, which would weigh 40 "
-        "turns at 1 session and 6 at 64). The threads' lengths are spread over "
+        "saver's first read of a thread is a fixed cost per session, which would weigh all "
+        "of a run's turns at 1 session and 6 at 64). The threads' lengths are spread over "
         f"{len(ld.get('stagger', [0]))} starting points, so DeltaChannel snapshots "
         "(every 100 updates, about 30 turns) fall where a real thread has them rather than "
         "in every session's first turn.", "",

@@ -289,3 +289,17 @@ def test_only_agent(pg_server: PgServer, tmp_path: Path) -> None:
         assert a[what]["official_over"]["ours_warm"]["n"] > 0
     report = (tmp_path / "report" / "agent.md").read_text()
     assert res["command"] in report and "A real agent" in report
+
+
+def test_load_p99_is_the_nearest_rank() -> None:
+    """The load section's p99 is the nearest-rank percentile: of 100 turns the second
+    slowest (one outlier does not decide it), of 40 or fewer the slowest; and the full
+    scale runs at least 100 turns per run, so that its p99 is not one turn."""
+    from langgraph_delta_postgres.bench.load import SCALES, _pcts
+
+    hundred = [i / 1000 for i in range(1, 101)]
+    assert _pcts(hundred)["p99"] == pytest.approx(99.0)
+    assert _pcts(hundred[:40])["p99"] == pytest.approx(40.0)
+    assert _pcts([0.005])["p99"] == pytest.approx(5.0)
+    full = SCALES["full"]
+    assert all(n * full.turns[n] >= 100 for n in full.sessions)
