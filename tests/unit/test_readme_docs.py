@@ -98,36 +98,12 @@ def _report_ratios() -> set[float]:
     return {float(x) for x in _RATIO.findall(report)}
 
 
-def _load_page_ratios() -> set[float]:
-    """The ratios of docs/benchmarks-load.md, a `bench --only load` run on a server with
-    pg_stat_statements (the embedded one of the full run has none), whose page names its
-    own command and which the README names where it quotes it."""
-    page = _text("docs/benchmarks-load.md")
-    assert re.search(r"langgraph-delta-pg bench [^\n`]*--only load", page)
-    return {float(x) for x in _RATIO.findall(page)}
-
-
-def _agent_page_ratios() -> set[float]:
-    """The ratios of docs/benchmarks-agent.md when it is a `bench --only agent` run of its
-    own (it names that command), not the agent section of the full run."""
-    page = _text("docs/benchmarks-agent.md")
-    if not re.search(r"langgraph-delta-pg bench [^\n`]*--only agent --json", page):
-        return set()
-    return {float(x) for x in _RATIO.findall(page)}
-
-
 def test_readme_benchmark_ratios_are_those_of_the_report() -> None:
     """Every ratio the README's Benchmark section gives is one docs/benchmarks.md gives
-    (at the README's precision), or the retention ratio of the same run, or, when the
-    README names docs/benchmarks-load.md (docs/benchmarks-agent.md, a run of its own), one
-    of that page's."""
+    (at the README's precision), or the retention ratio of the same run: one run."""
     section = _section(_text("README.md"), "## Benchmark")
     _, ret = _retention_source()
     known = _report_ratios() | {round(ret["full_official_over_ours_median"], 2)}
-    if "docs/benchmarks-load.md" in section:
-        known |= _load_page_ratios()
-    if "docs/benchmarks-agent.md" in section:
-        known |= _agent_page_ratios()
     missing = []
     for x in _RATIO.findall(section):
         digits = len(x.split(".")[1])
