@@ -44,6 +44,8 @@ from typing import Any
 
 from langgraph.checkpoint.base import DeltaChannelHistory
 
+from .copies import dumps
+
 #: Bytes counted per node and per cached group or seed, on top of the pickles' own
 #: length: dict slots, the node object, the key strings (measured with tracemalloc on a
 #: 1,000-turn thread, see tests/integration/test_cache.py).
@@ -211,7 +213,6 @@ def segments(
 ) -> dict[str, tuple[list[str], _Segment]]:
     """Per channel, the stretch this call fetched (oldest first) and its segment, pickled
     (outside the lock)."""
-    dumps = pickle.dumps
     parent_of = {cid: parent for cid, parent, _, _ in visited}
     out: dict[str, tuple[list[str], _Segment]] = {}
     for ch in channels:
@@ -222,9 +223,9 @@ def segments(
         seed = None
         if ch in seed_at:
             _, held, value = seed_at[ch]
-            seed = held if held is not None else dumps(value, protocol=5)
+            seed = held if held is not None else dumps(value)
         below = parent_of[ids[0]]
-        data = dumps([by_id.get(cid, []) for cid in ids], protocol=5)
+        data = dumps([by_id.get(cid, []) for cid in ids])
         out[ch] = (ids, _Segment(data, seed, None if seed is not None else below))
     return out
 

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 from langgraph.checkpoint.base import DeltaChannelHistory, PendingWrite
 
+from .._cache.copies import dumps
 from .values import RowValues
 
 Row = dict[str, Any]  # a row of checkpoints.select_tuples, by column name
@@ -111,7 +112,7 @@ class _Listed:
             )
             if c == ch
         ]
-        got = self._writes[key] = pickle.dumps(ws, protocol=5)
+        got = self._writes[key] = dumps(ws)
         return got
 
     def _chain(self, ns: str, cid: str | None, ch: str, loads: Any) -> _Chain | None:

@@ -31,6 +31,7 @@ import pickle
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._cache.copies import dumps
 from ..errors import CorruptCheckpointError
 
 #: Blobs shorter than this are decoded every time, never kept (the serializer is fast on
@@ -107,7 +108,7 @@ class RowValues:
         key = (scope, token)
         got = self._pickled.get(key)
         if got is None:
-            got = self._pickled[key] = pickle.dumps(self.loads((typ, blob)), protocol=5)
+            got = self._pickled[key] = dumps(self.loads((typ, blob)))
         return got
 
     def _held(self, channel: str, token: str) -> bytes:
@@ -129,7 +130,7 @@ class RowValues:
         """The value's pickle, made before any row's copy leaves the call (None: it does
         not pickle)."""
         try:
-            data: bytes | None = pickle.dumps(value, protocol=5)
+            data: bytes | None = dumps(value)
         except UNPICKLABLE:
             data = None
         self._pickled[key] = data
