@@ -9,10 +9,17 @@ from typing import Any, NamedTuple
 
 from langgraph.checkpoint.base import DeltaChannelHistory, PendingWrite
 
+from .._cache import copies
 from .._cache.copies import dumps
 from .values import RowValues
 
 Row = dict[str, Any]  # a row of checkpoints.select_tuples, by column name
+
+
+#: How many listed rows :meth:`_Listed._read_ahead` answers at a time, and the pickled
+#: bytes it stops at (the answers' objects are a few times that).
+AHEAD_ROWS = 8
+AHEAD_BYTES = 8 * 1024 * 1024
 
 
 class _Listed:
@@ -42,7 +49,7 @@ class _Listed:
 
     __slots__ = (
         "saver", "thread_id", "max_depth", "rows", "values", "_writes", "_seeds", "_chains",
-        "broken",
+        "broken", "_keys", "_order", "_ahead", "_last", "_ahead_end",
     )
 
     #: no seed at this row for this channel
@@ -70,6 +77,14 @@ class _Listed:
         self._chains: dict[tuple[str, str, str], _Chain | None] = {}
         #: a value that does not pickle: this listing answers nothing more
         self.broken = False
+        #: the listed rows' keys, in the listing's order, and each one's position
+        self._keys = list(self.rows)
+        self._order = {k: i for i, k in enumerate(self._keys)}
+        #: answers made ahead (:meth:`_read_ahead`): row key -> channel -> its history
+        self._ahead: dict[tuple[str, str], dict[str, DeltaChannelHistory]] = {}
+        #: the position of the row asked last, and of the last row made ahead
+        self._last = -2
+        self._ahead_end = -1
 
     def _seed_of(self, row: Row, ch: str, loads: Any) -> tuple[str, Any]:
         """The value ``row`` stores for ``ch`` by the walk's rule (class docstring), or
@@ -158,38 +173,108 @@ class _Listed:
         self, ns: str, checkpoint_id: str, channels: list[str], loads: Any
     ) -> dict[str, DeltaChannelHistory] | None:
         """The history of ``channels`` at ``checkpoint_id`` from the listed rows; None
-        when the statement must answer (class docstring)."""
-        target = self.rows.get((ns, checkpoint_id))
+        when the statement must answer (class docstring). Asked in the listing's order,
+        it makes the answers of the next rows too (:meth:`_read_ahead`)."""
+        key = (ns, checkpoint_id)
+        target = self.rows.get(key)
         if target is None or self.broken:
             return None
-        limit = min(self.max_depth, len(self.rows))
+        made = self._ahead.pop(key, {})
         result: dict[str, DeltaChannelHistory] = {}
         try:
             for ch in channels:
-                chain = self._chain(ns, target["parent_checkpoint_id"], ch, loads)
-                if chain is None or chain.depth > limit:
-                    # below the listing, a missing parent, a cycle, or the walk's depth
-                    # guard would stop it with the channel still walking (it raises)
+                entry = made.pop(ch, None) or self._entry(ns, target, ch, loads)
+                if entry is None:
                     return None
-                parts: list[bytes] = []
-                link = chain.writes
-                while link is not None:
-                    parts.append(link[0])
-                    link = link[1]
-                writes: list[PendingWrite] = []
-                for data in reversed(parts):
-                    writes.extend(pickle.loads(data))
-                entry: DeltaChannelHistory = {"writes": writes}
-                seed = chain.seed
-                if seed[0] == "b":
-                    entry["seed"] = pickle.loads(seed[1])
-                elif seed[0] == "i":
-                    entry["seed"] = seed[1]
                 result[ch] = entry
+            self._read_ahead(key, channels, loads)
         except (pickle.PicklingError, TypeError, AttributeError):
             self.broken = True
+            self._ahead.clear()
             return None
         return result
+
+    def _entry(
+        self, ns: str, target: Row, ch: str, loads: Any
+    ) -> DeltaChannelHistory | None:
+        """The history of ``ch`` at ``target``, copies of its own; None when the
+        statement must answer."""
+        chain = self._chain(ns, target["parent_checkpoint_id"], ch, loads)
+        if chain is None or chain.depth > min(self.max_depth, len(self.rows)):
+            # below the listing, a missing parent, a cycle, or the walk's depth guard
+            # would stop it with the channel still walking (it raises)
+            return None
+        parts: list[bytes] = []
+        link = chain.writes
+        while link is not None:
+            parts.append(link[0])
+            link = link[1]
+        writes: list[PendingWrite] = []
+        for data in reversed(parts):
+            writes.extend(copies.loads(data))
+        entry: DeltaChannelHistory = {"writes": writes}
+        seed = chain.seed
+        if seed[0] == "b":
+            entry["seed"] = copies.loads(seed[1])
+        elif seed[0] == "i":
+            entry["seed"] = seed[1]
+        return entry
+
+    def _read_ahead(self, key: tuple[str, str], channels: list[str], loads: Any) -> None:
+        """Asked for the row right after the one asked before (``get_state_history``
+        asks for every listed row in order), and the answers made ahead used up: make
+        the answers of the next rows of the listing, for the same channels, now, while
+        the collector is paused (history.py). Each answer is thousands of new objects
+        that the caller keeps: made one by one, each set off a young collection, and
+        every eleventh of those a middle one, and every eleventh of those may run a full
+        collection of all the caller keeps; made :data:`AHEAD_ROWS` at a time, far
+        fewer. Bounded by :data:`AHEAD_ROWS` rows and :data:`AHEAD_BYTES` of pickles,
+        weighed before anything is unpickled (a row past the budget is made when asked);
+        a row whose walk leaves the listing is left to the statement."""
+        at = self._order.get(key)
+        if at is None:
+            return
+        sequential = self._last == at - 1
+        self._last = at
+        if not sequential or at < self._ahead_end:
+            return
+        self._ahead.clear()  # left over: rows or channels that were not asked
+        self._ahead_end = at
+        budget = AHEAD_BYTES
+        for nxt in self._keys[at + 1: at + 1 + AHEAD_ROWS]:
+            if nxt[0] != key[0]:
+                break
+            row = self.rows[nxt]
+            size = self._pickled_size(nxt[0], row, channels, loads)
+            if size is None or size > budget:
+                break  # left to the statement, or made when asked
+            budget -= size
+            made: dict[str, DeltaChannelHistory] = {}
+            for ch in channels:
+                entry = self._entry(nxt[0], row, ch, loads)
+                if entry is None:
+                    break
+                made[ch] = entry
+            else:
+                self._ahead[nxt] = made
+            self._ahead_end = self._order[nxt]
+
+    def _pickled_size(
+        self, ns: str, row: Row, channels: list[str], loads: Any
+    ) -> int | None:
+        """The bytes of the pickles the answer of ``channels`` at ``row`` is made from
+        (None: a walk leaves the listing)."""
+        size = 0
+        for ch in channels:
+            chain = self._chain(ns, row["parent_checkpoint_id"], ch, loads)
+            if chain is None:
+                return None
+            size += len(chain.seed[1]) if chain.seed[0] == "b" else 0
+            link = chain.writes
+            while link is not None:
+                size += len(link[0])
+                link = link[1]
+        return size
 
 
 class _Chain(NamedTuple):

@@ -334,6 +334,37 @@ async def check_thread(r: Reader, thread: str, channels: list[str]) -> tuple[int
                 n += 1
                 assert canon_history(got) == walks[key], (thread, order, key)
         assert n == answered, (thread, order)
+    # asked in the listing's order, the listing makes the next rows' answers ahead
+    # (_Listed._read_ahead) for the channels asked last: asked for other channels, for
+    # a row twice, or with rows skipped, and with every answer mutated by its caller,
+    # each answer is still the walk's
+    core._PREFETCH.set(None)
+    again_listed = await r.list({"configurable": {"thread_id": thread}})
+    fresh = core._PREFETCH.get()
+    assert isinstance(fresh, core._Listed)
+    rng = random.Random(thread)
+    n = made_ahead = 0
+    for i, t in enumerate(again_listed):
+        if rng.random() < 0.1:
+            continue  # skipped
+        key = (t.config["configurable"]["checkpoint_ns"],
+               t.config["configurable"]["checkpoint_id"])
+        asked = channels if rng.random() < 0.7 else rng.sample(channels, rng.randint(1, 2))
+        made_ahead += key in fresh._ahead
+        for _ in range(2 if rng.random() < 0.1 else 1):
+            got = fresh.answer(*key, asked, loads)
+            if got is None:
+                continue
+            n += 1
+            want = {ch: walks[key][ch] for ch in asked}
+            assert canon_history(got) == want, (thread, "in order", i, asked)
+            for entry in got.values():  # a caller that edits what it got
+                entry["writes"].append(("edited", "x", ["edited"]))
+                if isinstance(entry.get("seed"), list):
+                    entry["seed"].append("edited")
+    assert n >= answered * 0.6 or len(again_listed) < 10, (thread, n, answered)
+    if thread in WHOLE and len(again_listed) > 20:
+        assert made_ahead > 0, thread
     # pages (limit, before) and a filtered list: chains reach below the listing there;
     # the listing answers what it holds whole and declines the rest
     for kw in ({"limit": 7}, {"before": tuples[len(tuples) // 2].config, "limit": 5},
