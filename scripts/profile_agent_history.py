@@ -2,6 +2,7 @@
 cyclic garbage collector vs the rest.
 
     python scripts/profile_agent_history.py [--dsn DSN] [--turns 150] [--rounds 2]
+        [--ahead-rows N]
 
 Runs the bench's deepagents session (``langgraph_delta_postgres.bench.agent``: scripted
 model, no network) for ``--turns`` turns on ours (``DeltaPostgresSaver``), the official
@@ -10,7 +11,9 @@ and the official saver in one scratch database, dropped afterwards). Then, per r
 saver (interleaved, as the bench's ``history_all``): one whole pass keeping every
 entry's values (as the bench does), timed with the collector on, the collections each
 generation ran and their time (``gc.callbacks``); and the same pass with the collector
-off. Prints medians (s). A diagnostic: the speed claim is the bench's.
+off. Prints medians (s). ``--ahead-rows``: how many rows the listing answers ahead
+(``_ops/listed.py``, ``AHEAD_ROWS``; 0: one answer at a time, as before the read-ahead).
+A diagnostic: the speed claim is the bench's.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.postgres import PostgresSaver
 
 from langgraph_delta_postgres import DeltaPostgresSaver
+from langgraph_delta_postgres._ops import listed
 from langgraph_delta_postgres.bench.agent import SCALES, _cfg, _turn_inputs, build_agent
 from langgraph_delta_postgres.bench.common import scratch_pair
 
@@ -64,7 +68,9 @@ def main() -> None:
     ap.add_argument("--dsn")
     ap.add_argument("--turns", type=int, default=150)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--ahead-rows", type=int, default=listed.AHEAD_ROWS)
     args = ap.parse_args()
+    listed.AHEAD_ROWS = args.ahead_rows
     clock = GcClock()
     rows: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     with scratch_pair(args.dsn, f"hist_{uuid.uuid4().hex[:8]}") as (ours_conn, off_conn):
@@ -95,16 +101,19 @@ def main() -> None:
                     rows[k][f"pass_{collector}"].append(took)
                     if collector == "on":
                         rows[k]["gc"].append(sum(clock.seconds.values()))
-                        rows[k]["full_collections"].append(clock.count.get(2, 0))
+                        for gen, name in enumerate(("young", "middle", "full")):
+                            rows[k][name].append(clock.count.get(gen, 0))
     print(f"whole get_state_history pass, {args.turns}-turn deepagents session, warm "
-          f"savers, median of {args.rounds} interleaved rounds\n")
-    print("| saver | entries | pass (s) | in collections (s) | full collections | "
-          "pass, collector off (s) |")
+          f"savers, median of {args.rounds} interleaved rounds, ours answering "
+          f"{args.ahead_rows} rows ahead\n")
+    print("| saver | entries | pass (s) | in collections (s) | collections young / middle / "
+          "full | pass, collector off (s) |")
     print("|---|---|---|---|---|---|")
     for k in names:
         m = {what: statistics.median(v) for what, v in rows[k].items()}
         print(f"| {k} | {entries[k]} | {m['pass_on']:.2f} | {m['gc']:.2f} | "
-              f"{m['full_collections']:.0f} | {m['pass_off']:.2f} |")
+              f"{m['young']:.0f} / {m['middle']:.0f} / {m['full']:.0f} | "
+              f"{m['pass_off']:.2f} |")
 
 
 if __name__ == "__main__":
