@@ -20,8 +20,10 @@ change between versions.
 
 from __future__ import annotations
 
+import copyreg
 import io
 import pickle
+import weakref
 from typing import Any
 
 try:
@@ -49,8 +51,9 @@ def _model(cls: type, fields_set: Any, extra: Any, private: Any, dict_: Any) -> 
     return obj
 
 
-#: class -> whether its instances pickle as pydantic's own (cached per class)
-_PLAIN: dict[type, bool] = {}
+#: class -> whether its instances pickle as pydantic's own (cached per class; a class
+#: made at run time, e.g. by ``create_model``, is not kept alive by it)
+_PLAIN: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
 
 
 def _plain(cls: type) -> bool:
@@ -77,7 +80,7 @@ class _Pickler(pickle.Pickler):
 
     def reducer_override(self, obj: Any) -> Any:
         cls = type(obj)
-        if not _plain(cls):
+        if not _plain(cls) or cls in copyreg.dispatch_table:  # a registered reducer wins
             return NotImplemented
         state = obj.__getstate__()
         if type(state) is not dict or len(state) != len(_STATE):

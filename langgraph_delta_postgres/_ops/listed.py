@@ -187,11 +187,15 @@ class _Listed:
                 if entry is None:
                     return None
                 result[ch] = entry
-            self._read_ahead(key, channels, loads)
         except (pickle.PicklingError, TypeError, AttributeError):
             self.broken = True
             self._ahead.clear()
             return None
+        try:
+            self._read_ahead(key, channels, loads)
+        except Exception:  # noqa: BLE001 - a row not asked yet: it fails when asked, if ever
+            self._ahead.clear()
+            self._ahead_end = len(self._keys)  # this listing reads ahead no more
         return result
 
     def _entry(

@@ -5,6 +5,7 @@ its own is pickled exactly as ``pickle.dumps`` pickles it."""
 
 from __future__ import annotations
 
+import copyreg
 import pickle
 from typing import Any
 
@@ -141,8 +142,53 @@ def test_a_model_with_pickling_of_its_own_pickles_as_pickle_does() -> None:
 
 def test_a_plain_model_is_rebuilt_by_one_call() -> None:
     data = copies.dumps(AIMessage("hi", id="x"))
-    assert b"_model" in data and b"__setstate__" not in data
+    plain = pickle.dumps(AIMessage("hi", id="x"), protocol=5)
+    # pickle's BUILD state is a dict keyed by the four attribute names; ours passes the
+    # four values to _model
+    assert b"__pydantic_fields_set__" in plain and b"_model" not in plain
+    assert b"_model" in data and b"__pydantic_fields_set__" not in data
     assert copies.loads(data) == AIMessage("hi", id="x")
+
+
+class Registered(BaseModel):
+    a: int = 0
+
+
+def _registered(obj: Registered) -> Any:
+    return Registered, (), {"__dict__": {"a": 99}, "__pydantic_fields_set__": {"a"},
+                            "__pydantic_extra__": None, "__pydantic_private__": None}
+
+
+def test_a_reducer_registered_with_copyreg_wins() -> None:
+    assert copies.loads(copies.dumps(Registered(a=1))).a == 1  # plain: cached as such
+    copyreg.pickle(Registered, _registered)
+    try:
+        assert copies.dumps(Registered(a=1)) == pickle.dumps(Registered(a=1), protocol=5)
+        assert copies.loads(copies.dumps(Registered(a=1))).a == 99
+    finally:
+        del copyreg.dispatch_table[Registered]
+
+
+def test_shared_objects_stay_shared_within_a_copy() -> None:
+    m = AIMessage("hi", id="x")
+    inner = [1, 2]
+    got = copies.loads(copies.dumps({"a": [m, m], "b": inner, "c": inner}))
+    assert got["a"][0] is got["a"][1] and got["b"] is got["c"]
+    assert got["a"][0] is not m and got["b"] is not inner
+
+
+def test_classes_made_at_run_time_are_not_kept_alive() -> None:
+    import gc
+    import weakref
+
+    from pydantic import create_model
+
+    made = create_model("Made", a=(int, 0))
+    assert copies._plain(made)  # seen, and cached
+    ref = weakref.ref(made)
+    del made
+    gc.collect()
+    assert ref() is None
 
 
 def test_what_does_not_pickle_raises_as_pickle_does() -> None:
