@@ -31,7 +31,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 
 from langgraph_delta_postgres import DeltaPostgresSaver
 from langgraph_delta_postgres._ops import listed
-from langgraph_delta_postgres.bench.agent import SCALES, _cfg, _turn_inputs, build_agent
+from langgraph_delta_postgres.bench.agent import _cfg, session_graphs
 from langgraph_delta_postgres.bench.common import scratch_pair
 
 
@@ -78,11 +78,7 @@ def main() -> None:
             "ours": DeltaPostgresSaver(ours_conn), "official": PostgresSaver(off_conn),
             "inmemory": InMemorySaver(),
         }
-        tokens = SCALES["full"].max_input_tokens
-        graphs = {k: build_agent(s, tokens)[0] for k, s in savers.items()}
-        for i in range(args.turns):
-            for k, g in graphs.items():
-                g.invoke(_turn_inputs(i), _cfg(f"agent-{k}"))
+        graphs = session_graphs(savers, args.turns)
         names = list(savers)
         entries = {k: whole_pass(graphs[k], f"agent-{k}") for k in names}  # warm-up
         for r in range(args.rounds):

@@ -31,7 +31,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.postgres import PostgresSaver
 
 from langgraph_delta_postgres import DeltaPostgresSaver
-from langgraph_delta_postgres.bench.agent import SCALES, _cfg, _turn_inputs, build_agent
+from langgraph_delta_postgres.bench.agent import _cfg, session_graphs
 from langgraph_delta_postgres.bench.common import scratch_pair
 
 TIMED = ("get_tuple", "get_delta_channel_history")
@@ -71,11 +71,7 @@ def main() -> None:
             "ours": DeltaPostgresSaver(ours_conn), "official": PostgresSaver(off_conn),
             "inmemory": InMemorySaver(),
         }
-        tokens = SCALES["full"].max_input_tokens
-        graphs = {k: build_agent(s, tokens)[0] for k, s in savers.items()}
-        for i in range(args.turns):
-            for k, g in graphs.items():
-                g.invoke(_turn_inputs(i), _cfg(f"agent-{k}"))
+        graphs = session_graphs(savers, args.turns)
         clocks = {k: SaverClock(s) for k, s in savers.items()}
         total: dict[str, list[float]] = {k: [] for k in savers}
         inside: dict[str, list[float]] = {k: [] for k in savers}

@@ -85,6 +85,18 @@ def build_agent(checkpointer: Any, max_input_tokens: int) -> tuple[Any, Any]:
     return create_deep_agent(model=model, checkpointer=checkpointer), model
 
 
+def session_graphs(savers: dict[str, Any], turns: int) -> dict[str, Any]:
+    """For the side-by-side scripts: the agent on each saver (full scale's context
+    window), after ``turns`` turns of the session on thread ``agent-<name>``, the savers
+    taking turns."""
+    tokens = SCALES["full"].max_input_tokens
+    graphs = {k: build_agent(s, tokens)[0] for k, s in savers.items()}
+    for i in range(turns):
+        for k, g in graphs.items():
+            g.invoke(_turn_inputs(i), _cfg(f"agent-{k}"))
+    return graphs
+
+
 _UUID = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}")
 _TS = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?([+-]\d{2}:\d{2}|Z)?")
 
