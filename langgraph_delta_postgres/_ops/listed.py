@@ -164,7 +164,7 @@ class _Listed:
                     seed = below.seed
                 below = _Chain(
                     (w, below.writes) if w is not None else below.writes, seed,
-                    below.depth + 1,
+                    below.depth + 1, below.writes_bytes + (len(w) if w is not None else 0),
                 )
             self._chains[(ns, cid_, ch)] = below
         return below
@@ -273,11 +273,7 @@ class _Listed:
             chain = self._chain(ns, row["parent_checkpoint_id"], ch, loads)
             if chain is None:
                 return None
-            size += len(chain.seed[1]) if chain.seed[0] == "b" else 0
-            link = chain.writes
-            while link is not None:
-                size += len(link[0])
-                link = link[1]
+            size += chain.writes_bytes + (len(chain.seed[1]) if chain.seed[0] == "b" else 0)
         return size
 
 
@@ -290,8 +286,9 @@ class _Chain(NamedTuple):
     writes: _Link | None
     seed: tuple[str, Any]  # where it stops (_Listed._NONE: at the root)
     depth: int  # rows visited
+    writes_bytes: int  # the length of the writes' pickles (the read-ahead's budget)
 
 
 _Link = tuple[bytes, "_Link | None"]
-_ROOT = _Chain(None, _Listed._NONE, 0)
+_ROOT = _Chain(None, _Listed._NONE, 0, 0)
 _MISSING = object()
