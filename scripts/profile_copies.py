@@ -27,10 +27,10 @@ from typing import Any
 from langgraph_delta_postgres import DeltaPostgresSaver
 from langgraph_delta_postgres._cache import copies, store
 from langgraph_delta_postgres._ops import listed, values
-from langgraph_delta_postgres.bench.agent import SCALES, _cfg, _turn_inputs, build_agent
+from langgraph_delta_postgres.bench.agent import _cfg, session_graphs
 from langgraph_delta_postgres.bench.common import scratch_pair
 
-THREAD = _cfg("copies")
+THREAD = _cfg("agent-ours")  # session_graphs' thread of the saver named "ours"
 
 
 def per_call_ms(fn: Any, arg: Any, n: int) -> float:
@@ -48,13 +48,10 @@ def main() -> None:
     ap.add_argument("--dsn")
     args = ap.parse_args()
     with scratch_pair(args.dsn, "copies") as (conn, _):
-        tokens = SCALES["full"].max_input_tokens
-        graph = build_agent(DeltaPostgresSaver(conn), tokens)[0]
-        for i in range(args.turns):
-            graph.invoke(_turn_inputs(i), THREAD)
+        graph = session_graphs({"ours": DeltaPostgresSaver(conn)}, args.turns)["ours"]
         value = graph.get_state(THREAD).values["messages"]
         micro(value, args.rounds)
-        ab(lambda: build_agent(DeltaPostgresSaver(conn), tokens)[0], args.ab)
+        ab(lambda: graph.copy({"checkpointer": DeltaPostgresSaver(conn)}), args.ab)
 
 
 def micro(value: Any, rounds: int) -> None:
@@ -80,7 +77,6 @@ def micro(value: Any, rounds: int) -> None:
     pairs = zip(times["loads"], times["copies.loads"], strict=True)
     ratio = statistics.median(a / b for a, b in pairs)
     print(f"loads / copies.loads, median of pairs: {ratio:.2f}x")
-
 
 
 def use(dumps: Any) -> None:

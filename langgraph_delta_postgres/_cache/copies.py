@@ -10,8 +10,8 @@ class's ``__setstate__`` and calls it (Python), which sets the four attributes. 
 model whose pickling is pydantic's own (``BaseModel.__getstate__`` / ``__setstate__``,
 no ``__reduce__`` / ``__reduce_ex__`` / ``__new__`` of its class) is pickled as a call of
 :func:`_model` with the four parts: the same object, the same attributes, set in the same
-order, by one call. Measured on that head (720 messages, the collector off, 50 loads):
-2.00 ms -> 1.66 ms a copy (``python scripts/profile_copies.py``). Any other object,
+order, by one call. Measured on that head (720 messages, the collector off, 50 rounds):
+2.04 ms -> 1.66 ms a copy (``python scripts/profile_copies.py``). Any other object,
 a model with pickling of its own included, pickles exactly as ``pickle.dumps`` does.
 
 These pickles never leave the process (the cache is in memory): the format is free to
