@@ -32,6 +32,7 @@ from ._ops.history import _op_delta_history, wanted_channels
 from ._ops.maintenance import _op_copy_thread, _op_delete_thread
 from ._ops.retention import PruneStats, _op_delete_for_runs, _op_delta_keepset, prune_ops
 from ._ops.write import PUT_ORDER_WAIT_S, _op_put, _op_put_writes, namespace_key
+from ._server import StaleServerError
 
 AsyncConn = AsyncConnection[Any] | AsyncConnectionPool[Any]
 
@@ -245,10 +246,32 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
     async def _connection(self) -> AsyncIterator[AsyncConnection[Any]]:
         if isinstance(self.conn, AsyncConnectionPool):
             async with self.conn.connection() as conn:
+                await self._check_server(conn)
                 yield conn
         else:
             async with self.lock:
+                await self._check_server(self.conn)
                 yield self.conn
+
+    async def _check_server(self, conn: AsyncConnection[Any]) -> None:
+        """See :meth:`.DeltaPostgresSaver._check_server`."""
+        if self._server.known(conn) is None:
+            tx = nullcontext() if conn.autocommit else conn.transaction()
+            async with tx, conn.cursor(row_factory=tuple_row) as cur:
+                await cur.execute(self.queries["server.identity"])
+                row = await cur.fetchone()
+            assert row is not None
+            self._server_seen(conn, row)
+            await self._new_connection(conn)
+        elif self._server.stale(conn):
+            await conn.close()
+            raise StaleServerError(
+                "this pooled connection reaches the server used before a failover; "
+                "it was closed (try again: the pool opens a new one)"
+            )
+
+    async def _new_connection(self, conn: AsyncConnection[Any]) -> None:
+        """Hook: a connection's first use, after its identity was checked."""
 
     async def _run(self, op: Op[T], *, atomic: bool = False) -> T:
         if self._bound_loop is None:

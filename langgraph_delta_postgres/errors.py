@@ -34,6 +34,12 @@ class MigrationError(RuntimeError):
     """Migrations cannot be applied as they are (drift, a bad file, a busy connection)."""
 
 
+class ReplicaMismatchError(ValueError):
+    """A replica given to a routing saver is not a hot standby of the primary's cluster
+    on the primary's timeline (another cluster's server, a server not in recovery, a
+    standby of another timeline): its WAL positions say nothing about the primary's."""
+
+
 class _DeltaPruneError(RuntimeError):
     """A maintenance call would leave a DeltaChannel thread unable to rebuild its state.
 

@@ -32,6 +32,7 @@ from ._ops.history import _op_delta_history, wanted_channels
 from ._ops.maintenance import _op_copy_thread, _op_delete_thread
 from ._ops.retention import PruneStats, _op_delete_for_runs, _op_delta_keepset, prune_ops
 from ._ops.write import PUT_ORDER_WAIT_S, _op_put, _op_put_writes, namespace_key
+from ._server import StaleServerError
 
 SyncConn = Connection[Any] | ConnectionPool[Any]
 
@@ -142,10 +143,33 @@ class DeltaPostgresSaver(SaverCore):
     def _connection(self) -> Iterator[Connection[Any]]:
         if isinstance(self.conn, ConnectionPool):
             with self.conn.connection() as conn:
+                self._check_server(conn)
                 yield conn
         else:
             with self.lock:
+                self._check_server(self.conn)
                 yield self.conn
+
+    def _check_server(self, conn: Connection[Any]) -> None:
+        """A connection's first use runs ``server.identity`` (see :mod:`._server`); a
+        connection to a server this saver no longer uses (before a failover) is closed."""
+        if self._server.known(conn) is None:
+            tx = nullcontext() if conn.autocommit else conn.transaction()
+            with tx, conn.cursor(row_factory=tuple_row) as cur:
+                cur.execute(self.queries["server.identity"])
+                row = cur.fetchone()
+            assert row is not None
+            self._server_seen(conn, row)
+            self._new_connection(conn)
+        elif self._server.stale(conn):
+            conn.close()
+            raise StaleServerError(
+                "this pooled connection reaches the server used before a failover; "
+                "it was closed (try again: the pool opens a new one)"
+            )
+
+    def _new_connection(self, conn: Connection[Any]) -> None:
+        """Hook: a connection's first use, after its identity was checked."""
 
     def _run(self, op: Op[T], *, atomic: bool = False) -> T:
         """Run ``op`` on one connection; ``atomic``: several statements that must commit

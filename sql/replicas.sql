@@ -65,6 +65,42 @@ WHERE EXISTS (
 -- On the primary: an LSN at or past the commit record of every transaction that has
 -- committed so far (the insert position: with synchronous_commit=off a commit returns
 -- before its record is written, so the write position could be behind it). A standby
--- that has replayed up to it sees all of them. No parameters. Result column: lsn text.
+-- that has replayed up to it sees all of them. No parameters.
+-- Result columns: lsn text; timeline int (the primary's, as in server.identity: a
+-- change means a promotion, and the replicas are checked again).
 -- Touches no table.
-SELECT pg_current_wal_insert_lsn()::text AS lsn
+SELECT
+    pg_current_wal_insert_lsn()::text AS lsn,
+    ('x' || substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8))::bit(32)::int
+        AS timeline
+
+-- name: head
+-- On the primary, before a read of a thread's latest checkpoint (get_tuple or history
+-- without checkpoint_id): the read's floor, in one statement. The LSN is evaluated
+-- after the statement's snapshot was taken, so it is at or past the commit of every
+-- write committed before the read began, whoever made it (any process, any worker); a
+-- replica that has replayed past it gives an answer no older than the primary's at
+-- that moment. head: the namespace's newest checkpoint id (NULL: the thread has none
+-- there, and the primary answers without a replica).
+-- Parameters: thread_id, checkpoint_ns text.
+-- Result columns: lsn text; timeline int (see primary_lsn); head text.
+-- Index: checkpoints_pkey (thread_id, checkpoint_ns, checkpoint_id), backwards, one row.
+SELECT
+    pg_current_wal_insert_lsn()::text AS lsn,
+    ('x' || substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8))::bit(32)::int
+        AS timeline,
+    (SELECT c.checkpoint_id FROM {s}checkpoints AS c
+     WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
+     ORDER BY c.checkpoint_id DESC LIMIT 1) AS head
+
+-- name: bound_session
+-- On a replica connection, at its first use: bound every statement of the session
+-- (a query that runs longer, or waits for a lock longer -- a lock replayed from the
+-- primary is held on the standby until its commit is replayed, which a
+-- recovery_min_apply_delay postpones -- is cancelled, and the read goes to the
+-- primary). Parameters: statement_timeout, lock_timeout text (e.g. '2000ms').
+-- Result columns: the two settings as set. Session-level (is_local false): the
+-- connection is in autocommit, or the setting is committed with the read.
+SELECT
+    set_config('statement_timeout', %(statement_timeout)s, false) AS statement_timeout,
+    set_config('lock_timeout', %(lock_timeout)s, false) AS lock_timeout

@@ -83,7 +83,8 @@ class HistoryCache(Budget):
                     held_tokens += tokens
             seeds = {t: d for t, d in bucket.seeds.items() if t.split(SEP, 1)[0] in channels}
             held, seen = held_values(bucket)
-        return Plan(bucket, key, held_ids, held_tokens, list(seeds), seeds, held, seen)
+        return Plan(bucket, key, held_ids, held_tokens, list(seeds), seeds, held, seen,
+                    self.generation)
 
     def values_of(self, thread_id: str, ns: str) -> tuple[dict[str, bytes], dict[str, str]]:
         """What the thread's bucket offers a tuple statement (see :func:`.store.held_values`;
@@ -143,6 +144,8 @@ class HistoryCache(Budget):
     def _register(self, plan: Plan, size: int) -> bool:
         """A new bucket of ``size`` bytes (overheads apart) for ``plan``'s thread, if
         admission lets it in (the lock held)."""
+        if plan.generation != self.generation:
+            return False  # planned before clear(): rows of a server no longer used
         total = BUCKET_OVERHEAD + size
         if not self._admit(plan.key, total):
             self._remember(plan.key, total)

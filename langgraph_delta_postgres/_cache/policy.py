@@ -101,6 +101,9 @@ class Budget:
         #: to get back under the budget (see _stats.CacheStats)
         self.misses = 0
         self.evictions = 0
+        #: bumped by clear(): a plan made before is not kept (a call in flight during a
+        #: failover must not bring the old server's rows back)
+        self.generation = 0
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -124,7 +127,9 @@ class Budget:
                 self._drop((thread_id, ns))
 
     def clear(self) -> None:
+        """Drop everything; what a call planned before is not kept (``generation``)."""
         with self._lock:
+            self.generation += 1
             self._buckets.clear()
             self._sizes.clear()
             self._freq.clear()

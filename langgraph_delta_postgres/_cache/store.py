@@ -138,6 +138,8 @@ class Plan:
     held_values: dict[str, bytes] = field(default_factory=dict)
     #: channel -> token of the value get_tuple last read (a second read is kept)
     seen_values: dict[str, str] = field(default_factory=dict)
+    #: the cache's generation when planned (a plan from before a clear() keeps nothing)
+    generation: int = 0
 
     def params(self) -> dict[str, Any]:
         return {

@@ -17,6 +17,7 @@ from psycopg import sql
 
 from .._cache import HistoryCache, Plan
 from .._checks import INT8_MAX, check_int
+from .._server import ServerTracker
 from .._sql import Queries
 from .._stats import CacheStats, SaverStats, WalkCounters
 from ..errors import SetupRequiredError, setup_required
@@ -41,6 +42,8 @@ class SaverCore(BaseCheckpointSaver[str]):
         #: The decoded-value cache of get_delta_channel_history (None: cache_bytes=0).
         self.history_cache: HistoryCache | None = cache if cache_bytes else None
         self._walk = WalkCounters()
+        #: the server of this saver's connections (each checked at its first use)
+        self._server = ServerTracker()
 
     def stats(self) -> SaverStats:
         """A snapshot of this saver's counters: its history walks and its cache (None
@@ -99,6 +102,14 @@ class SaverCore(BaseCheckpointSaver[str]):
             "max_depth": self.max_history_depth,
             **plan.params(),
         }
+
+    def _server_seen(self, conn: Any, row: Sequence[Any]) -> None:
+        """A new connection's ``server.identity`` row: when it reaches another server
+        than the one the cache was filled from (a failover), drop the cache."""
+        if self._server.observe(conn, row):
+            _PREFETCH.set(None)
+            if self.history_cache is not None:
+                self.history_cache.clear()
 
     def _forget_threads(self, thread_ids: Sequence[str]) -> None:
         """Drop what the cache holds of these threads (after this saver changed them)."""

@@ -8,41 +8,47 @@ shown to give the primary's answer; anything else, and any doubt (the replica is
 behind, lacks the checkpoint, is unreachable, cancels the query for a recovery
 conflict), is answered by the primary, with no error to the caller.
 
-When a replica answers (``sql/replicas.sql``, ``guard``, run on the connection that then
-runs the read, as the statement before it):
+**The rule: a read that LangGraph may build on is never older than the primary at the
+moment the read began.** No saver keeps a floor of its own writes (another worker's
+writes would not raise it): a read of a thread's latest checkpoint (``get_tuple`` or its
+history without ``checkpoint_id``, ``list`` without ``before``) first asks the primary,
+in one indexed statement (``sql/replicas.sql``, ``head``), for its WAL position and the
+thread's head; a replica answers only once it has replayed past that position and has
+the head (``guard``, run on the connection that then runs the read, as the statement
+before it); else the primary answers.
 
-* **floor**: the replica has replayed past the floor of the read, when it has one: the
-  primary's WAL position after the last write this saver made to the thread (or to
-  threads it can't name: ``delete_for_runs``), and the caller's token
-  (:meth:`RoutingSaver.read_after`, or ``configurable["lgdp_read_after"]``). A saver
-  that did not write the thread and has no token has no floor for it.
-* **the latest checkpoint** (``get_tuple`` / history without ``checkpoint_id``, ``list``
-  without ``before``): only with a floor of the thread's own (its own writes or a
-  token); without one, on the primary: nothing on a replica says it is not behind.
-* **a checkpoint by id** (``get_tuple``): the checkpoint is on the replica, and, without
-  a floor of the thread's own, has a child there (trap 2: the row of a head checkpoint
-  is final, its pending writes are not).
+Reads of what is final are answered by a replica without asking the primary:
+
+* **a checkpoint by id** (``get_tuple``): the checkpoint is there and has a child there
+  (trap 2: the row of a head checkpoint is final, its pending writes are not).
 * **the history of a checkpoint by id** (``get_delta_channel_history``): the checkpoint
-  is on the replica (trap 1: on a replica that lacks it, the walk finds nothing and the
-  history reads as empty channels). Its ancestors all have a child (the next one on the
-  chain); its own writes are not part of its history.
+  is there (trap 1: on a replica that lacks it, the walk finds nothing and the history
+  reads as empty channels). Its ancestors all have a child; its own writes are not part
+  of its history.
 * **a history page** (``list`` of one thread and namespace with ``before``): the
-  ``before`` checkpoint is on the replica, and every checkpoint of the page has a child
-  there (``sealed_ids``, after the page); else the page is read again on the primary.
+  ``before`` checkpoint is there, and every checkpoint of the page has a child there
+  (``sealed_ids``, after the page); else the page is read again on the primary.
 * ``get_tuple`` of the latest checkpoint and the history LangGraph asks for next: the
-  same server, one snapshot (the history came with the tuple, in one statement: the
-  saver's prefetch); the routing saver sends the history call to the saver that served
-  the tuple.
+  same server, one snapshot (the saver's prefetch).
 
-Read-your-writes across processes: a token (:meth:`RoutingSaver.token`) is the
-primary's WAL position; a reader that carries it (``with saver.read_after(token):``, or
-``configurable["lgdp_read_after"] = token``) sees at least everything committed on the
-primary when the token was made, on a replica that has replayed that far, else on the
-primary. See docs/replicas.md for the guarantees and what they assume.
+A caller's token (:meth:`RoutingSaver.token`, ``read_after``, or
+``configurable["lgdp_read_after"]``) adds a floor to every read.
+
+Replicas are checked (``sql/server.sql``): at construction (async: ``open()``), a
+replica that is not a hot standby of the primary's cluster on its timeline is a
+:class:`~langgraph_delta_postgres.errors.ReplicaMismatchError`; every new replica
+connection is checked again, and a replica that fails (promoted, another timeline) is
+left alone. Every replica statement is bounded (``replica_query_timeout``: statement and
+lock timeouts on the server, a deadline on the client, TCP keepalives): past it the
+primary answers and the replica is left alone for ``retry_after``. A change of the
+primary's timeline (a failover) drops the replica savers' caches and checks every
+replica connection again; every saver drops its own cache when its connections reach
+another server (see :mod:`langgraph_delta_postgres._server`).
 """
 
 from __future__ import annotations
 
+from ..errors import ReplicaMismatchError
 from ._async import AsyncRoutingSaver
 from ._rules import READ_AFTER_KEY, RoutingStats, parse_token
 from ._sync import RoutingSaver
@@ -50,6 +56,7 @@ from ._sync import RoutingSaver
 __all__ = [
     "READ_AFTER_KEY",
     "AsyncRoutingSaver",
+    "ReplicaMismatchError",
     "RoutingSaver",
     "RoutingStats",
     "parse_token",

@@ -25,8 +25,26 @@ from psycopg_pool import AsyncConnectionPool
 from .._connect import DEFAULT_CACHE_BYTES, DEFAULT_PREPARE_THRESHOLD
 from .._ops.retention import PruneStats
 from ..aio import AsyncDeltaPostgresSaver
-from ._ops import Query, Route, Run, Step, op_get_tuple, op_history, op_list, op_token, op_write
-from ._rules import DEFAULT_REPLICA_TIMEOUT, DEFAULT_RETRY_AFTER, AsyncReplicaSaver, R, _RoutingCore
+from ._ops import (
+    Query,
+    Route,
+    Run,
+    Step,
+    op_get_tuple,
+    op_history,
+    op_list,
+    op_token,
+    op_verify,
+    op_write,
+)
+from ._rules import (
+    DEFAULT_QUERY_TIMEOUT,
+    DEFAULT_REPLICA_TIMEOUT,
+    DEFAULT_RETRY_AFTER,
+    AsyncReplicaSaver,
+    R,
+    _RoutingCore,
+)
 
 
 class AsyncRoutingSaver(_RoutingCore):
@@ -47,18 +65,24 @@ class AsyncRoutingSaver(_RoutingCore):
         *,
         retry_after: float = DEFAULT_RETRY_AFTER,
         replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
+        replica_query_timeout: float = DEFAULT_QUERY_TIMEOUT,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         pool_size: int = 4,
         prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
     ) -> None:
         self._init_savers(primary, replicas, retry_after=retry_after,
-                          replica_timeout=replica_timeout, cache_bytes=cache_bytes,
-                          pool_size=pool_size, prepare_threshold=prepare_threshold)
+                          replica_timeout=replica_timeout,
+                          replica_query_timeout=replica_query_timeout,
+                          cache_bytes=cache_bytes, pool_size=pool_size,
+                          prepare_threshold=prepare_threshold)
 
     async def open(self) -> None:
-        """Open the pools this saver made for replica DSNs (from_conn_string does)."""
+        """Open the pools this saver made for replica DSNs and check every replica
+        against the primary (``ReplicaMismatchError``; from_conn_string does this).
+        Without it, the check runs before the first routed read."""
         for p in self._own_pools:
             await p.open()
+        await self._drive(op_verify(self))
 
     async def close(self) -> None:
         for p in self._own_pools:
@@ -78,6 +102,7 @@ class AsyncRoutingSaver(_RoutingCore):
         prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
         retry_after: float = DEFAULT_RETRY_AFTER,
         replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
+        replica_query_timeout: float = DEFAULT_QUERY_TIMEOUT,
     ) -> AsyncIterator[AsyncRoutingSaver]:
         """See :meth:`RoutingSaver.from_conn_string`."""
         async with AsyncDeltaPostgresSaver.from_conn_string(
@@ -85,10 +110,12 @@ class AsyncRoutingSaver(_RoutingCore):
             cache_bytes=cache_bytes, prepare_threshold=prepare_threshold,
         ) as primary:
             saver = cls(primary, list(replicas), retry_after=retry_after,
-                        replica_timeout=replica_timeout, cache_bytes=cache_bytes,
-                        pool_size=pool_size or 4, prepare_threshold=prepare_threshold)
-            await saver.open()
+                        replica_timeout=replica_timeout,
+                        replica_query_timeout=replica_query_timeout,
+                        cache_bytes=cache_bytes, pool_size=pool_size or 4,
+                        prepare_threshold=prepare_threshold)
             try:
+                await saver.open()
                 yield saver
             finally:
                 await saver.close()
@@ -250,6 +277,36 @@ class AsyncRoutingSaver(_RoutingCore):
         task_path: str = "",
     ) -> None:
         self._from_thread(self.aput_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._from_thread(self.adelete_thread(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._from_thread(self.adelete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._from_thread(self.acopy_thread(source_thread_id, target_thread_id))
+
+    def prune(  # type: ignore[override]  # returns what it deleted instead of None
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str = "keep_latest",
+        keep_last: int | None = None,
+        before: datetime | None = None,
+        dry_run: bool = False,
+    ) -> PruneStats:
+        return self._from_thread(  # type: ignore[no-any-return]
+            self.aprune(thread_ids, strategy=strategy, keep_last=keep_last, before=before,
+                        dry_run=dry_run)
+        )
+
+    def get_delta_channel_keepset(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> set[str]:
+        return self._from_thread(  # type: ignore[no-any-return]
+            self.aget_delta_channel_keepset(config=config, channels=channels)
+        )
 
 
 _ = asyncio  # the async twin's loop is the primary saver's (see _from_thread)

@@ -103,6 +103,8 @@ def route(
     primary; the saver that answered). ``sealed_of``: the answer is a history page of
     this thread, every checkpoint of which must have a child on the replica."""
     kwargs = kwargs or {}
+    if isinstance(need, Need) and core._bounds.expected is None:
+        yield from op_verify(core)  # an async saver whose open() was not called
     if isinstance(need, Need):
         for i in core._order():
             try:
@@ -124,28 +126,54 @@ def route(
 
 
 def fetch_lsn(core: _RoutingCore) -> Route[int]:
-    """The primary's WAL position now."""
+    """The primary's WAL position now (its timeline is checked on the way)."""
     core._counts["lsn_fetches"] += 1
     rows = yield Query(PRIMARY, "replicas.primary_lsn")
     assert rows
+    core._primary_timeline(rows[0][1])
     return lsn_to_int(rows[0][0])
 
 
-def resolve(core: _RoutingCore, thread_id: str) -> Route[None]:
-    """Fix the floors of this saver's writes if a floor of a read of the thread is
-    pending (see :meth:`._RoutingCore._pending`)."""
-    seq = core._pending(thread_id)
-    if seq is not None:
-        core._resolved(seq, (yield from fetch_lsn(core)))
+def fetch_head(core: _RoutingCore, thread_id: str, ns: str) -> Route[tuple[int, str | None]]:
+    """(the primary's WAL position now, the namespace's newest checkpoint id): the floor
+    of a read of the latest checkpoint, in one statement (``replicas.head``)."""
+    core._counts["lsn_fetches"] += 1
+    rows = yield Query(PRIMARY, "replicas.head", {"thread_id": thread_id, "checkpoint_ns": ns})
+    assert rows
+    lsn, timeline, head = rows[0]
+    core._primary_timeline(timeline)
+    return lsn_to_int(lsn), head
+
+
+def latest_need(core: _RoutingCore, thread_id: str, ns: str,
+                token: int | None) -> Route[Need | str]:
+    """A read of the thread's latest checkpoint: a replica answers only once it has
+    replayed past the primary's position when the read began (whoever wrote since), and
+    has the namespace's head; a thread without a checkpoint there: the primary."""
+    lsn, head = yield from fetch_head(core, thread_id, ns)
+    if head is None:
+        return "empty"
+    return Need(max(lsn, token or 0), thread_id, ns, head, True, False)
+
+
+def op_verify(core: _RoutingCore) -> Route[None]:
+    """At construction (async: ``open()``): the primary's server, then each replica's,
+    checked against it (``ReplicaMismatchError``). A replica that can't be reached now
+    is checked when it is first used."""
+    rows = yield Query(PRIMARY, "server.identity")
+    core._primary_is(rows[0])
+    for i in range(len(core.replicas)):
+        try:
+            yield Query(i, "server.identity")
+        except Unsafe as e:
+            raise core._mismatch(i, e) from None
+        except Exception as e:  # unreachable now: left alone, checked at first use
+            core._failed(i, e)
 
 
 def op_token(core: _RoutingCore) -> Route[str]:
     """See :meth:`.RoutingSaver.token`."""
-    with core._lock:
-        seq = core._seq
-    lsn = yield from fetch_lsn(core)
-    core._resolved(seq, lsn)
-    return make_token(lsn)
+    return make_token((yield from fetch_lsn(core)))
 
 
 def _thread_of(config: RunnableConfig | None) -> str | None:
@@ -154,10 +182,20 @@ def _thread_of(config: RunnableConfig | None) -> str | None:
     return None if t is None else str(t)
 
 
+def _ns_of(config: RunnableConfig) -> str:
+    return str((config.get("configurable") or {}).get("checkpoint_ns") or "")
+
+
 def op_get_tuple(core: _RoutingCore, config: RunnableConfig) -> Route[CheckpointTuple | None]:
-    if (t := _thread_of(config)) is not None:
-        yield from resolve(core, t)
-    need = core._need("tuple", config) if t is not None else "not_routable"
+    t = _thread_of(config)
+    need: Need | str
+    if t is None:
+        need = "not_routable"
+    elif (cid := get_checkpoint_id(config)) is None:
+        need = yield from latest_need(core, t, _ns_of(config), core._token(config))
+    else:
+        # by id: final on a replica that has it with a child (its pending writes too)
+        need = Need(core._token(config), t, _ns_of(config), cid, True, True)
     got, i = yield from route(core, need, "get_tuple", (config,))
     if got is not None and get_checkpoint_id(config) is None and t is not None:
         c = got.config["configurable"]
@@ -175,23 +213,27 @@ def op_history(
     if t is None:
         return cast(Mapping[str, DeltaChannelHistory],
                     (yield Call(PRIMARY, method, (), kwargs)))
-    yield from resolve(core, t)
-    need = core._need("history", config)
     cid = get_checkpoint_id(config)
-    key = (t, str((config.get("configurable") or {}).get("checkpoint_ns") or ""), cid)
-    if last is not None and last[0] == id(core) and last[1] == key:
+    ns = _ns_of(config)
+    token = core._token(config)
+    if last is not None and last[0] == id(core) and last[1] == (t, ns, cid):
         # the saver that served get_tuple: its prefetch (same statement, one snapshot)
         if last[2] < 0:
             core._counts["primary_same_as_tuple"] += 1
             return cast(Mapping[str, DeltaChannelHistory],
                         (yield Call(PRIMARY, method, (), kwargs)))
-        one = Need(None if isinstance(need, str) else need.floor, t, key[1], cid, True, False)
         try:
-            got = yield Call(last[2], method, (), kwargs, one)
+            got = yield Call(last[2], method, (), kwargs, Need(token, t, ns, cid, True, False))
             core._counts["replica"] += 1
             return cast(Mapping[str, DeltaChannelHistory], got)
         except Exception as e:
             core._failed(last[2], e)
+    need: Need | str
+    if cid is None:
+        need = yield from latest_need(core, t, ns, token)
+    else:
+        # by id: its ancestors all have a child; its own writes are not part of it
+        need = Need(token, t, ns, cid, True, False)
     got, _ = yield from route(core, need, method, (), kwargs)
     return cast(Mapping[str, DeltaChannelHistory], got)
 
@@ -200,17 +242,30 @@ def op_list(
     core: _RoutingCore, config: RunnableConfig | None, filter: dict[str, Any] | None,
     before: RunnableConfig | None, limit: int | None,
 ) -> Route[list[CheckpointTuple]]:
-    """The whole page (a list); a replica's only when the page is final there."""
-    if (t := _thread_of(config)) is not None:
-        yield from resolve(core, t)
-    got = core._list_need(config, filter, before)
+    """The whole page (a list); a replica's only when it is the primary's: a page of
+    the latest checkpoints once the replica has replayed past the primary's position at
+    the read's start; a page before a checkpoint when every checkpoint of it has a child
+    there (final)."""
     kwargs = {"filter": filter, "before": before, "limit": limit}
-    if isinstance(got, str):
-        page, _ = yield from route(core, got, "list", (config,), kwargs)
+    conf = (config or {}).get("configurable") or {}
+    t = _thread_of(config)
+    need: Need | str
+    sealed_of = None
+    if config is None or t is None or get_checkpoint_id(config):
+        need = "not_routable"
+    elif (before_id := get_checkpoint_id(before) if before is not None else None):
+        if conf.get("checkpoint_ns") is None:
+            need = "not_routable"
+        else:
+            need = Need(core._token(config), t, str(conf["checkpoint_ns"]), before_id,
+                        True, False)
+            sealed_of = t
     else:
-        need, must_seal = got
-        page, _ = yield from route(core, need, "list", (config,), kwargs,
-                                   sealed_of=t if must_seal else None)
+        lsn = yield from fetch_lsn(core)
+        token = core._token(config)
+        need = Need(max(lsn, token or 0), t, str(conf.get("checkpoint_ns") or ""), None,
+                    False, False)
+    page, _ = yield from route(core, need, "list", (config,), kwargs, sealed_of=sealed_of)
     return cast(list[CheckpointTuple], page)
 
 
@@ -218,28 +273,14 @@ def op_list(
 
 
 def op_write(core: _RoutingCore, method: str, *args: Any, **kwargs: Any) -> Route[Any]:
-    """``method`` on the primary; then, whether it succeeded or not, the threads it may
-    have written get a floor (:meth:`._RoutingCore._wrote`; none after a dry run)."""
+    """``method`` on the primary. A put or put_writes keeps no floor: every later read
+    of a latest checkpoint asks the primary for its position first (:func:`latest_need`),
+    and reads by id need a checkpoint with a child. A delete, prune or copy (which remove
+    or add whole checkpoints) raises the saver's maintenance floor to the primary's
+    position after it, for every read: this saver never reads a checkpoint it deleted."""
+    _LAST_TUPLE.set(None)
     try:
         return (yield Call(PRIMARY, method, args, kwargs))
     finally:
-        if not kwargs.get("dry_run"):
-            core._wrote(_written(method, args))
-
-
-def _written(method: str, args: tuple[Any, ...]) -> list[str] | None:
-    """The threads a write of ``method`` with ``args`` is to (None: it can't name them)."""
-    if method in ("put", "put_writes"):
-        return [str(args[0]["configurable"]["thread_id"])]
-    if method == "delete_thread":
-        return [str(args[0])]
-    if method == "copy_thread":
-        return [str(args[1])]
-    if method == "prune":
-        return _ids(args[0])
-    assert method == "delete_for_runs", method
-    return None
-
-
-def _ids(thread_ids: Sequence[str]) -> list[str]:
-    return [str(t) for t in thread_ids] if not isinstance(thread_ids, str) else [thread_ids]
+        if method not in ("put", "put_writes") and not kwargs.get("dry_run"):
+            core._maintained((yield from fetch_lsn(core)))

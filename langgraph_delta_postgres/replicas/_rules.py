@@ -1,6 +1,7 @@
 """Routing rules shared by the sync and async routing savers: tokens, the guard's
-decision (:class:`Need`), floors of a thread, replica savers and their pools, counters
-(docs/replicas.md). The routing of each call, as steps, is in :mod:`._ops`.
+decision (:class:`Need`), replica savers (checked against the primary's server, bounded
+in time) and their pools, failures and counters (docs/replicas.md). The routing of each
+call, as steps, is in :mod:`._ops`.
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ import contextlib
 import itertools
 import threading
 import time
-from collections import Counter, OrderedDict
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
@@ -20,14 +21,17 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
     CheckpointTuple,
-    get_checkpoint_id,
 )
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import tuple_row
 from psycopg_pool import PoolTimeout
 
 from .._connect import connect_kwargs
+from .._deadline import Deadline, deadline
+from .._server import ServerIdentity, log
 from .._sql import Queries
 from ..aio import AsyncDeltaPostgresSaver
+from ..errors import ReplicaMismatchError
 from ..saver import DeltaPostgresSaver
 
 R = TypeVar("R")
@@ -41,9 +45,17 @@ DEFAULT_RETRY_AFTER = 2.0
 #: How long a read waits for a connection of a replica's pool before it goes to the
 #: primary (seconds): a replica that is down costs at most this, once per retry_after.
 DEFAULT_REPLICA_TIMEOUT = 1.0
-#: Threads whose floor this saver remembers; the oldest are folded into one floor for
-#: all threads (conservative: reads of every thread then wait for it).
-MAX_TRACKED_THREADS = 100_000
+#: Default bound of every replica statement (seconds): past it the read goes to the
+#: primary and the replica is left alone for retry_after.
+DEFAULT_QUERY_TIMEOUT = 2.0
+#: A replica statement waits at most this long for a lock (a lock replayed from the
+#: primary is held until its commit is replayed, which recovery_min_apply_delay delays).
+LOCK_TIMEOUT_S = 0.2
+#: The client-side deadline's margin over the server-side statement_timeout.
+DEADLINE_MARGIN_S = 0.5
+#: How long a replica that is not a standby of the primary (promoted, another cluster
+#: or timeline) is left alone before it is checked again (seconds, at least retry_after).
+MISMATCH_RETRY_S = 30.0
 
 
 def lsn_to_int(lsn: str) -> int:
@@ -72,11 +84,13 @@ def make_token(lsn: int) -> str:
 
 class Unsafe(Exception):  # noqa: N818  # a routing decision, not an error anyone sees
     """The replica cannot be shown to give the primary's answer for this read; ``reason``
-    is one of ``not_standby``, ``behind``, ``absent``, ``head``, ``unsealed_page``."""
+    is one of ``not_standby``, ``mismatch`` (another cluster or timeline), ``behind``,
+    ``absent``, ``head``, ``unsealed_page``; ``detail`` says what was found."""
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+        self.detail = detail
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +111,7 @@ class Need:
     def check(self, row: tuple[Any, ...]) -> None:
         standby, replay, present, sealed = row
         if not standby or replay is None:
-            raise Unsafe("not_standby")
+            raise Unsafe("not_standby", "it is not in recovery (promoted?)")
         if self.floor is not None and lsn_to_int(replay) < self.floor:
             raise Unsafe("behind")
         if self.present and not present:
@@ -119,83 +133,168 @@ _LAST_TUPLE: ContextVar[tuple[int, tuple[str, str, str], int] | None] = ContextV
 )
 
 
+class ReplicaBounds:
+    """What a routing saver tells its replica savers: the primary's server (a replica
+    must be a hot standby of its cluster on its timeline; None until known), and the
+    bounds of every replica statement. Shared by reference: a failover seen by the
+    router updates ``expected`` for all of them."""
+
+    def __init__(self, query_timeout: float) -> None:
+        self.expected: ServerIdentity | None = None
+        self.query_timeout = query_timeout
+        #: the server-side bounds (sql/replicas.sql, bound_session)
+        self.session = {
+            "statement_timeout": f"{int(query_timeout * 1000)}ms",
+            "lock_timeout": f"{int(min(query_timeout, LOCK_TIMEOUT_S) * 1000)}ms",
+        }
+        #: the client-side bound (see .._deadline): the server's, plus a margin for its
+        #: cancellation to arrive
+        self.deadline = query_timeout + DEADLINE_MARGIN_S
+
+    def verify(self, ident: ServerIdentity | None) -> None:
+        """Unsafe("mismatch") / Unsafe("not_standby") unless ``ident`` is a hot standby
+        of the expected primary, on its timeline."""
+        if ident is None:
+            return
+        if not ident.in_recovery:
+            raise Unsafe("not_standby", f"it is not in recovery ({ident})")
+        exp = self.expected
+        if exp is None:
+            return
+        if ident.system_identifier != exp.system_identifier:
+            raise Unsafe("mismatch", f"its system identifier is {ident.system_identifier}, "
+                                     f"the primary's is {exp.system_identifier}: another "
+                                     "cluster")
+        if ident.timeline != exp.timeline:
+            raise Unsafe("mismatch", f"it is on timeline {ident.timeline}, the primary on "
+                                     f"timeline {exp.timeline}")
+
+
+class ReplicaTimeout(Exception):  # noqa: N818  # a routing decision, as Unsafe
+    """A replica statement outlived the saver's ``replica_query_timeout``: the client
+    ended the connection (a silent network partition, a hung server)."""
+
+
 class ReplicaSaver(DeltaPostgresSaver):
-    """A DeltaPostgresSaver on a replica's pool whose connections run the guard
-    statement first when a read in this context needs one (see :class:`Need`)."""
+    """A DeltaPostgresSaver on a replica's pool: each connection is checked at its first
+    use (a hot standby of the primary, on its timeline) and bounded (statement and lock
+    timeouts); each use is bounded from the client side too; the guard statement runs
+    first when a read in this context needs one (see :class:`Need`)."""
+
+    bounds: ReplicaBounds
+
+    def _check_server(self, conn: psycopg.Connection[Any]) -> None:
+        with deadline(conn, self.bounds.deadline) as d, _timed_out(d):
+            super()._check_server(conn)
+
+    def _new_connection(self, conn: psycopg.Connection[Any]) -> None:
+        with conn.cursor(row_factory=tuple_row) as cur:
+            cur.execute(self.queries["replicas.bound_session"], self.bounds.session)
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
         with super()._connection() as conn:
+            self.bounds.verify(self._server.known(conn))
             need = _NEED.get()
-            if need is not None:
-                with conn.cursor(row_factory=tuple_row) as cur:
-                    cur.execute(self.queries["replicas.guard"], need.params())
-                    row = cur.fetchone()
-                assert row is not None
-                need.check(row)
-            yield conn
+            with deadline(conn, self.bounds.deadline) as d, _timed_out(d):
+                if need is not None:
+                    with conn.cursor(row_factory=tuple_row) as cur:
+                        cur.execute(self.queries["replicas.guard"], need.params())
+                        row = cur.fetchone()
+                    assert row is not None
+                    need.check(row)
+                yield conn
 
 
 class AsyncReplicaSaver(AsyncDeltaPostgresSaver):
     """The async twin of :class:`ReplicaSaver`."""
 
+    bounds: ReplicaBounds
+
+    async def _check_server(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        with deadline(conn, self.bounds.deadline) as d, _timed_out(d):
+            await super()._check_server(conn)
+
+    async def _new_connection(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        async with conn.cursor(row_factory=tuple_row) as cur:
+            await cur.execute(self.queries["replicas.bound_session"], self.bounds.session)
+
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         async with super()._connection() as conn:
+            self.bounds.verify(self._server.known(conn))
             need = _NEED.get()
-            if need is not None:
-                async with conn.cursor(row_factory=tuple_row) as cur:
-                    await cur.execute(self.queries["replicas.guard"], need.params())
-                    row = await cur.fetchone()
-                assert row is not None
-                need.check(row)
-            yield conn
+            with deadline(conn, self.bounds.deadline) as d, _timed_out(d):
+                if need is not None:
+                    async with conn.cursor(row_factory=tuple_row) as cur:
+                        await cur.execute(self.queries["replicas.guard"], need.params())
+                        row = await cur.fetchone()
+                    assert row is not None
+                    need.check(row)
+                yield conn
+
+
+@contextlib.contextmanager
+def _timed_out(d: Deadline) -> Iterator[None]:
+    """An error of a connection the deadline ended is a :class:`ReplicaTimeout`."""
+    try:
+        yield
+    except psycopg.OperationalError as e:
+        if d.expired:
+            raise ReplicaTimeout(str(e)) from e
+        raise
 
 
 @dataclass(frozen=True)
 class RoutingStats:
     """What the routing saver did since it was made. ``replica_reads``: reads a replica
-    answered; ``primary_reads``: reads the primary answered, by why (``latest``: the
-    latest checkpoint without a floor of the thread's own; ``not_routable``: a read that
-    never goes to a replica, e.g. a list across threads; ``replica_miss``: every replica
-    tried said no or failed; ``down``: no replica was reachable; ``same_as_tuple``: the
-    history of the tuple the primary had just served); ``replica_misses``: why replicas
-    said no or failed (``behind``, ``absent``, ``head``, ``unsealed_page``,
-    ``not_standby``: what the guard found; ``down``: unreachable, stopped; ``conflict``: a
-    recovery conflict cancelled the query; ``error``: any other error);
-    ``lsn_fetches``: statements that asked the primary for its WAL position (floors of
-    this saver's writes, tokens)."""
+    answered; ``primary_reads``: reads the primary answered, by why (``empty``: the
+    thread has no checkpoint in the namespace; ``not_routable``: a read that never goes
+    to a replica, e.g. a list across threads; ``replica_miss``: every replica tried said
+    no or failed; ``down``: no replica was usable; ``same_as_tuple``: the history of the
+    tuple the primary had just served); ``replica_misses``: why replicas said no or
+    failed (``behind``, ``absent``, ``head``, ``unsealed_page``, ``not_standby``: what
+    the guard found; ``mismatch``: a replica of another cluster or timeline; ``down``:
+    unreachable, stopped; ``timeout``: a statement outlived ``replica_query_timeout``;
+    ``conflict``: a recovery conflict or a lock wait cancelled the query; ``error``: any
+    other error); ``lsn_fetches``: statements that asked the primary for a read's floor
+    (its WAL position, with the thread's head for a latest read) or a token;
+    ``failovers``: changes of the primary's timeline this saver saw."""
 
     replica_reads: int
     primary_reads: dict[str, int]
     lsn_fetches: int
     replica_misses: dict[str, int] = field(default_factory=dict)
+    failovers: int = 0
 
 
-_CONFLICT_STATES = {"40001", "40P01"}  # serialization failure, deadlock: both on conflicts
+_CONFLICT_STATES = {"40001", "40P01", "55P03"}  # serialization, deadlock, lock timeout
 
 
-def _failure_reason(e: BaseException) -> tuple[str, bool]:
-    """Why a replica read failed, and whether the replica should be left alone awhile."""
+def _failure_reason(e: BaseException, retry_after: float) -> tuple[str, float]:
+    """Why a replica read failed, and how long the replica is left alone (0: not)."""
     if isinstance(e, Unsafe):
-        return e.reason, False
+        if e.reason in ("not_standby", "mismatch"):
+            return e.reason, max(retry_after, MISMATCH_RETRY_S)
+        return e.reason, 0.0
+    if isinstance(e, ReplicaTimeout):
+        return "timeout", retry_after
     if isinstance(e, psycopg.Error):
         state = getattr(e, "sqlstate", None)
         if state in _CONFLICT_STATES or "conflict with recovery" in str(e):
-            return "conflict", False
-        if isinstance(e, psycopg.OperationalError) and state not in ("57014",):
-            return "down", True  # connection lost, server shutting down, refused
-        return "error", False
+            return "conflict", 0.0
+        if state == "57014":  # statement_timeout on the replica
+            return "timeout", retry_after
+        if isinstance(e, psycopg.OperationalError):
+            return "down", retry_after  # connection lost, server shutting down, refused
+        return "error", 0.0
     if isinstance(e, PoolTimeout):
-        return "down", True
-    return "error", False
-
-
-_PENDING = -1  # a floor whose LSN is not fetched yet (a write happened, no read since)
+        return "down", retry_after
+    return "error", 0.0
 
 
 class _RoutingCore(BaseCheckpointSaver[str]):
-    """Routing decisions and floors, shared by the sync and async routing savers."""
+    """Routing decisions, shared by the sync and async routing savers."""
 
     primary: Any
     replicas: list[Any]
@@ -210,8 +309,8 @@ class _RoutingCore(BaseCheckpointSaver[str]):
 
     def _init_savers(
         self, primary: Any, replicas: Sequence[Any], *, retry_after: float,
-        replica_timeout: float, cache_bytes: int, pool_size: int,
-        prepare_threshold: int | None,
+        replica_timeout: float, replica_query_timeout: float, cache_bytes: int,
+        pool_size: int, prepare_threshold: int | None,
     ) -> None:
         """The routing saver's ``__init__``: a saver on each replica's pool (made for a
         DSN, with ``replica_timeout`` as its connect and wait timeouts)."""
@@ -221,15 +320,21 @@ class _RoutingCore(BaseCheckpointSaver[str]):
             )
         if isinstance(replicas, str):
             raise TypeError("replicas must be a list of DSNs or pools, not a str")
+        for name, value in (("retry_after", retry_after), ("replica_timeout", replica_timeout),
+                            ("replica_query_timeout", replica_query_timeout)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
         super().__init__(serde=primary.serde)
         self.primary = primary
+        self._bounds = ReplicaBounds(float(replica_query_timeout))
         self._own_pools = []
         savers = []
         for r in replicas:
             if isinstance(r, str):
                 pool = self._pool_type(
                     r, min_size=1, max_size=pool_size, timeout=replica_timeout,
-                    kwargs=_replica_pool_kwargs(r, prepare_threshold, replica_timeout),
+                    kwargs=_replica_pool_kwargs(r, prepare_threshold, replica_timeout,
+                                                replica_query_timeout),
                     check=self._pool_type.check_connection, open=self._open_pools_at_once,
                 )
                 self._own_pools.append(pool)
@@ -239,9 +344,12 @@ class _RoutingCore(BaseCheckpointSaver[str]):
                 raise TypeError(
                     f"a replica must be a DSN or {_a(self._pool_type)}, not {type(r).__name__}"
                 )
-            savers.append(self._replica_type(pool, serde=primary.serde, schema=primary.schema,
-                                             cache_bytes=cache_bytes))
+            saver = self._replica_type(pool, serde=primary.serde, schema=primary.schema,
+                                       cache_bytes=cache_bytes)
+            saver.bounds = self._bounds
+            savers.append(saver)
         self.replicas = savers
+        self._replica_names = [_describe(r) for r in replicas]
         self._init_routing(retry_after)
 
     def _with_allowlist(self, extra_allowlist: Any) -> Any:
@@ -261,67 +369,70 @@ class _RoutingCore(BaseCheckpointSaver[str]):
     def _init_routing(self, retry_after: float) -> None:
         self.retry_after = retry_after
         self._lock = threading.Lock()
-        #: thread id -> (floor LSN or _PENDING, write sequence number)
-        self._floors: OrderedDict[str, tuple[int, int]] = OrderedDict()
-        self._global: tuple[int, int] = (0, 0)  # floor of every thread
-        self._seq = 0
         self._down_until = [0.0] * len(self.replicas)
         self._rr = itertools.count()
         self._counts: Counter[str] = Counter()
+        self._maintenance_floor = 0
         self.queries = Queries(self.primary.schema)
+
+    # ------------------------------------------------------------------ the primary
+
+    def _primary_is(self, row: Sequence[Any]) -> None:
+        """The primary's ``server.identity``: what every replica is checked against."""
+        ident = ServerIdentity.of(row)
+        if ident.in_recovery:
+            raise ReplicaMismatchError(
+                f"the primary given to the routing saver is in recovery ({ident}): give "
+                "the primary's DSN (a multi-host DSN with target_session_attrs=read-write "
+                "finds it)"
+            )
+        self._bounds.expected = ident
+
+    def _primary_timeline(self, timeline: int) -> None:
+        """The primary's timeline, as a read's floor statement reported it: a change is
+        a promotion (a failover). Every replica connection is checked again before its
+        next read, and what the replica savers' caches hold is dropped."""
+        exp = self._bounds.expected
+        if exp is None or exp.timeline == int(timeline):
+            return
+        with self._lock:
+            exp = self._bounds.expected
+            if exp is None or exp.timeline == int(timeline):
+                return
+            self._bounds.expected = ServerIdentity(exp.system_identifier, False, int(timeline))
+            self._counts["failovers"] += 1
+        for r in self.replicas:
+            r._server.reset()
+            if r.history_cache is not None:
+                r.history_cache.clear()
+        _LAST_TUPLE.set(None)
+
+    def _mismatch(self, i: int, e: Unsafe) -> ReplicaMismatchError:
+        return ReplicaMismatchError(
+            f"replica {self._replica_names[i]} is not a hot standby of the primary "
+            f"({e.detail}); a routing saver reads only from streaming standbys of its "
+            "primary's cluster (see docs/replicas.md)"
+        )
 
     # ------------------------------------------------------------------ floors
 
-    def _wrote(self, thread_ids: Sequence[str] | None) -> None:
-        """A write committed on the primary, to these threads (None: threads unknown)."""
-        _LAST_TUPLE.set(None)
+    def _maintained(self, lsn: int) -> None:
+        """A delete, prune or copy of this saver committed before the primary's ``lsn``."""
         with self._lock:
-            self._seq += 1
-            if thread_ids is None:
-                self._global = (_PENDING, self._seq)
-                return
-            for t in thread_ids:
-                self._floors[t] = (_PENDING, self._seq)
-                self._floors.move_to_end(t)
-            while len(self._floors) > MAX_TRACKED_THREADS:
-                _, (lsn, _s) = self._floors.popitem(last=False)
-                g = self._global[0]
-                merged = _PENDING if _PENDING in (lsn, g) else max(lsn, g)
-                self._global = (merged, self._seq)
+            self._maintenance_floor = max(self._maintenance_floor, lsn)
 
-    def _pending(self, thread_id: str) -> int | None:
-        """The write sequence number to resolve if a floor of this read is pending."""
-        with self._lock:
-            own = self._floors.get(thread_id)
-            if (own is not None and own[0] == _PENDING) or self._global[0] == _PENDING:
-                return self._seq
-        return None
-
-    def _resolved(self, seq: int, lsn: int) -> None:
-        """The primary's position ``lsn``, fetched after write ``seq`` had committed:
-        the floor of every write up to ``seq`` (a later write stays pending)."""
-        with self._lock:
-            for t, (f, s) in self._floors.items():
-                if f == _PENDING and s <= seq:
-                    self._floors[t] = (lsn, s)
-            if self._global[0] == _PENDING and self._global[1] <= seq:
-                self._global = (lsn, self._global[1])
-
-    def _floor(self, config: RunnableConfig | None, thread_id: str) -> tuple[int | None, bool]:
-        """(the floor of a read of this thread, whether it is the thread's own: a write of
-        this saver to it, or a token). Floors are resolved before this is called."""
+    def _token(self, config: RunnableConfig | None) -> int | None:
+        """The floor of a read besides the primary's position: the caller's tokens and
+        this saver's maintenance floor (see :func:`._ops.op_write`), if any."""
         token = _TOKEN.get()
+        if self._maintenance_floor:
+            token = max(token or 0, self._maintenance_floor)
         conf = (config or {}).get("configurable") or {}
         given = conf.get(READ_AFTER_KEY)
         if given is not None:
             lsn = parse_token(given)
             token = lsn if token is None else max(token, lsn)
-        with self._lock:
-            own = self._floors.get(thread_id)
-            g = self._global[0]
-        floors = [f for f in (token, own[0] if own else None, g or None) if f is not None]
-        knows = token is not None or own is not None
-        return (max(floors) if floors else None), knows
+        return token
 
     @contextlib.contextmanager
     def _reading_after(self, token: str | None) -> Iterator[None]:
@@ -336,48 +447,6 @@ class _RoutingCore(BaseCheckpointSaver[str]):
 
     # ------------------------------------------------------------------ decisions
 
-    def _need(self, kind: str, config: RunnableConfig) -> Need | str:
-        """What a replica must show to answer this read, or why only the primary can."""
-        conf = config.get("configurable") or {}
-        thread_id = conf.get("thread_id")
-        if thread_id is None:
-            return "not_routable"
-        thread_id = str(thread_id)
-        ns = str(conf.get("checkpoint_ns") or "")
-        cid = get_checkpoint_id(config) or None
-        floor, knows = self._floor(config, thread_id)
-        if kind == "tuple":
-            if cid is None:
-                return Need(floor, thread_id, ns, None, False, False) if knows else "latest"
-            return Need(floor, thread_id, ns, cid, True, not knows)
-        if kind == "history":
-            if cid is None:
-                return Need(floor, thread_id, ns, None, False, False) if knows else "latest"
-            return Need(floor, thread_id, ns, cid, True, False)
-        raise AssertionError(kind)
-
-    def _list_need(
-        self, config: RunnableConfig | None, filter: Mapping[str, Any] | None,
-        before: RunnableConfig | None,
-    ) -> tuple[Need, bool] | str:
-        """(need, whether the page's checkpoints must all be sealed) of a list, or why
-        only the primary answers it."""
-        if config is None:
-            return "not_routable"
-        conf = config.get("configurable") or {}
-        if conf.get("thread_id") is None or get_checkpoint_id(config):
-            return "not_routable"
-        thread_id = str(conf["thread_id"])
-        floor, knows = self._floor(config, thread_id)
-        before_id = get_checkpoint_id(before) if before is not None else None
-        ns = conf.get("checkpoint_ns")
-        if before_id and ns is not None:
-            need = Need(floor, thread_id, str(ns), before_id, True, False)
-            return need, not knows
-        if knows:
-            return Need(floor, thread_id, str(ns or ""), None, False, False), False
-        return "latest" if not before_id else "not_routable"
-
     def _order(self) -> list[int]:
         """Replicas to try, healthy ones only, starting at the next in turn."""
         n = len(self.replicas)
@@ -388,9 +457,12 @@ class _RoutingCore(BaseCheckpointSaver[str]):
         return [i % n for i in range(start, start + n) if self._down_until[i % n] <= now]
 
     def _failed(self, i: int, e: BaseException) -> None:
-        reason, leave_alone = _failure_reason(e)
-        if leave_alone:
-            self._down_until[i] = time.monotonic() + self.retry_after
+        reason, bench = _failure_reason(e, self.retry_after)
+        if bench:
+            self._down_until[i] = time.monotonic() + bench
+            if reason in ("mismatch", "not_standby", "timeout"):
+                log.warning("langgraph-delta-postgres: replica %s left alone for %.0f s: %s",
+                            self._replica_names[i], bench, e)
         self._counts[f"miss_{reason}"] += 1
 
     def routing_stats(self) -> RoutingStats:
@@ -398,6 +470,7 @@ class _RoutingCore(BaseCheckpointSaver[str]):
         return RoutingStats(
             replica_reads=counts.pop("replica", 0),
             lsn_fetches=counts.pop("lsn_fetches", 0),
+            failovers=counts.pop("failovers", 0),
             primary_reads={k.removeprefix("primary_"): v for k, v in counts.items()
                            if k.startswith("primary_")},
             replica_misses={k.removeprefix("miss_"): v for k, v in counts.items()
@@ -422,9 +495,31 @@ def _a(cls: type[Any]) -> str:
     return ("an " if cls.__name__[0] in "AEIOU" else "a ") + cls.__name__
 
 
+def _describe(replica: Any) -> str:
+    """A replica for messages: host, port and database of its DSN (no password)."""
+    conninfo = replica if isinstance(replica, str) else getattr(replica, "conninfo", "")
+    try:
+        params = conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        return "<replica>"
+    return "{}:{}/{}".format(params.get("host", ""), params.get("port", ""),
+                             params.get("dbname", ""))
+
+
 def _replica_pool_kwargs(conn_string: str, prepare_threshold: int | None,
-                         replica_timeout: float) -> dict[str, Any]:
+                         replica_timeout: float, query_timeout: float) -> dict[str, Any]:
+    """A replica pool's connect arguments: the saver's, a connect timeout of
+    ``replica_timeout``, and TCP keepalives and ``tcp_user_timeout`` so that a host that
+    vanished (its packets lost) ends the connection within about ``query_timeout``
+    (unix sockets ignore them; a peer that acknowledges and never answers is ended by the
+    client-side deadline, see .._deadline)."""
     kwargs = connect_kwargs(conn_string, prepare_threshold)
     kwargs["connect_timeout"] = max(1, int(replica_timeout + 0.999))
+    params = conninfo_to_dict(conn_string)
+    probe = max(1, int(query_timeout))
+    for key, value in (("keepalives", 1), ("keepalives_idle", probe),
+                       ("keepalives_interval", probe), ("keepalives_count", 3),
+                       ("tcp_user_timeout", int((query_timeout + DEADLINE_MARGIN_S) * 1000))):
+        if key not in params:
+            kwargs[key] = value
     return kwargs
-

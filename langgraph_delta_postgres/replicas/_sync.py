@@ -24,8 +24,26 @@ from psycopg_pool import ConnectionPool
 from .._connect import DEFAULT_CACHE_BYTES, DEFAULT_PREPARE_THRESHOLD
 from .._ops.retention import PruneStats
 from ..saver import DeltaPostgresSaver
-from ._ops import Query, Route, Run, Step, op_get_tuple, op_history, op_list, op_token, op_write
-from ._rules import DEFAULT_REPLICA_TIMEOUT, DEFAULT_RETRY_AFTER, R, ReplicaSaver, _RoutingCore
+from ._ops import (
+    Query,
+    Route,
+    Run,
+    Step,
+    op_get_tuple,
+    op_history,
+    op_list,
+    op_token,
+    op_verify,
+    op_write,
+)
+from ._rules import (
+    DEFAULT_QUERY_TIMEOUT,
+    DEFAULT_REPLICA_TIMEOUT,
+    DEFAULT_RETRY_AFTER,
+    R,
+    ReplicaSaver,
+    _RoutingCore,
+)
 
 
 class RoutingSaver(_RoutingCore):
@@ -56,13 +74,21 @@ class RoutingSaver(_RoutingCore):
         *,
         retry_after: float = DEFAULT_RETRY_AFTER,
         replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
+        replica_query_timeout: float = DEFAULT_QUERY_TIMEOUT,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         pool_size: int = 4,
         prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
     ) -> None:
         self._init_savers(primary, replicas, retry_after=retry_after,
-                          replica_timeout=replica_timeout, cache_bytes=cache_bytes,
-                          pool_size=pool_size, prepare_threshold=prepare_threshold)
+                          replica_timeout=replica_timeout,
+                          replica_query_timeout=replica_query_timeout,
+                          cache_bytes=cache_bytes, pool_size=pool_size,
+                          prepare_threshold=prepare_threshold)
+        try:
+            self._drive(op_verify(self))
+        except BaseException:
+            self.close()
+            raise
 
     @classmethod
     @contextlib.contextmanager
@@ -78,6 +104,7 @@ class RoutingSaver(_RoutingCore):
         prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
         retry_after: float = DEFAULT_RETRY_AFTER,
         replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
+        replica_query_timeout: float = DEFAULT_QUERY_TIMEOUT,
     ) -> Iterator[RoutingSaver]:
         """A routing saver on ``conn_string`` (the primary) and ``replicas`` (DSNs of its
         hot standbys); every connection and pool is closed on exit."""
@@ -86,8 +113,10 @@ class RoutingSaver(_RoutingCore):
             cache_bytes=cache_bytes, prepare_threshold=prepare_threshold,
         ) as primary:
             saver = cls(primary, list(replicas), retry_after=retry_after,
-                        replica_timeout=replica_timeout, cache_bytes=cache_bytes,
-                        pool_size=pool_size or 4, prepare_threshold=prepare_threshold)
+                        replica_timeout=replica_timeout,
+                        replica_query_timeout=replica_query_timeout,
+                        cache_bytes=cache_bytes, pool_size=pool_size or 4,
+                        prepare_threshold=prepare_threshold)
             try:
                 yield saver
             finally:

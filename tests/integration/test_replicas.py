@@ -27,6 +27,7 @@ from langgraph_delta_postgres.replicas import (
     READ_AFTER_KEY,
     AsyncRoutingSaver,
     RoutingSaver,
+    _rules,
     parse_token,
 )
 from tests.graph._util import canon, canon_history
@@ -184,10 +185,17 @@ def test_latest_reads_and_tokens_across_processes(
 ) -> None:
     _chain(router, "t3", 3)
     standby.catch_up()
-    # another process without a token: the latest always on the primary
+    # another process without a token: the latest on a replica that has replayed past
+    # the primary's position when the read began (asked in one statement)
     assert tup(reader.get_tuple(cfg("t3"))) == tup(primary.get_tuple(cfg("t3")))
-    assert reader.routing_stats().primary_reads == {"latest": 1}
+    assert reader.routing_stats().replica_reads == 1
+    assert reader.routing_stats().lsn_fetches == 1
     standby.pause()
+    _chain(router, "t3", 1, parent=router.get_tuple(cfg("t3")).config)  # type: ignore[union-attr]
+    # behind: the primary answers, with or without a token
+    assert tup(reader.get_tuple(cfg("t3"))) == tup(primary.get_tuple(cfg("t3")))
+    assert reader.routing_stats().replica_misses == {"behind": 1}
+    served = reader.routing_stats().replica_reads
     _chain(router, "t3", 2, parent=router.get_tuple(cfg("t3")).config)  # type: ignore[union-attr]
     token = router.token()
     parse_token(token)
@@ -197,14 +205,14 @@ def test_latest_reads_and_tokens_across_processes(
     conf = cfg("t3")
     conf["configurable"][READ_AFTER_KEY] = token
     assert tup(reader.get_tuple(conf)) == want
-    assert reader.routing_stats().replica_reads == 0
+    assert reader.routing_stats().replica_reads == served
     standby.resume()
     standby.catch_up()
     with reader.read_after(token):  # replayed past the token: the replica answers
         assert tup(reader.get_tuple(cfg("t3"))) == want
         page = [tup(t) for t in reader.list(cfg("t3"), limit=3)]
     assert page == [tup(t) for t in primary.list(cfg("t3"), limit=3)]
-    assert reader.routing_stats().replica_reads == 2
+    assert reader.routing_stats().replica_reads == served + 2
     with pytest.raises(ValueError):
         parse_token("0/0")
 
@@ -240,7 +248,7 @@ def test_thread_deleted_on_the_primary_while_the_standby_lags(
     chain = _chain(router, "t5", 5)
     standby.catch_up()
     standby.pause()
-    router.delete_thread("t5")
+    router.delete_thread("t5")  # raises the router's maintenance floor
     token = router.token()
     for r, ctx in ((router, None), (reader, token)):
         with r.read_after(ctx):
@@ -252,8 +260,11 @@ def test_thread_deleted_on_the_primary_while_the_standby_lags(
     assert primary.get_tuple(chain[1]) is None
     assert router.routing_stats().replica_reads == 0
     assert reader.routing_stats().replica_reads == 0
-    assert router.routing_stats().replica_misses == {"behind": 4}
-    assert reader.routing_stats().replica_misses == {"behind": 4}
+    # the latest: the primary's head statement finds no checkpoint ("empty"); the rest
+    # is behind the router's maintenance floor, or the reader's token
+    assert router.routing_stats().replica_misses == {"behind": 3}
+    assert reader.routing_stats().replica_misses == {"behind": 3}
+    assert router.routing_stats().primary_reads["empty"] == 1
 
 
 def test_standby_stopped_mid_run(
@@ -302,12 +313,54 @@ def _flush_wal(dsn: str) -> None:
 
 
 def test_recovery_conflict_cancels_the_standby_query(
-    reader: RoutingSaver, router: RoutingSaver, primary: DeltaPostgresSaver,
-    standby: Standby, dsn: str, replica_dsn: str,
+    router: RoutingSaver, primary: DeltaPostgresSaver, standby: Standby, dsn: str,
+    replica_dsn: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A query on the standby holds a lock that the replay of an ACCESS EXCLUSIVE lock
     taken on the primary needs: after max_standby_streaming_delay the standby cancels it
-    ("conflict with recovery"); the routing saver answers from the primary."""
+    ("conflict with recovery"); the routing saver answers from the primary. (The
+    reader's replica sessions wait for locks longer than the default lock_timeout, so
+    that its query is still waiting when the conflict comes.)"""
+    monkeypatch.setattr(_rules, "LOCK_TIMEOUT_S", 30.0)
+    reader = RoutingSaver.from_conn_string(dsn, replicas=[replica_dsn], pool_size=2,
+                                           retry_after=0.5, replica_query_timeout=30)
+    with reader as r:
+        _conflict(r, router, primary, standby, dsn, replica_dsn)
+
+
+def test_a_lock_held_by_the_replay_costs_a_read_its_lock_timeout(
+    router: RoutingSaver, reader: RoutingSaver, primary: DeltaPostgresSaver,
+    standby: Standby, dsn: str,
+) -> None:
+    """A lock taken on the primary is held on the standby until its end is replayed
+    (a recovery_min_apply_delay postpones it; here, replay paused just after the lock):
+    a routed read waits for it at most the replica sessions' lock_timeout, then the
+    primary answers (before, such a read waited as long as the lock was held)."""
+    chain = _chain(router, "t7b", 3)
+    standby.catch_up()
+    want = tup(primary.get_tuple(chain[1]))
+    hold = psycopg.connect(dsn)
+    hold.execute("LOCK TABLE checkpoints IN ACCESS EXCLUSIVE MODE")
+    _flush_wal(dsn)
+    standby.catch_up()  # the standby holds the lock
+    standby.pause()
+    hold.rollback()  # released on the primary; on the standby, not before replay resumes
+    hold.close()
+    try:
+        started = time.monotonic()
+        assert tup(reader.get_tuple(chain[1])) == want
+        took = time.monotonic() - started
+    finally:
+        standby.resume()
+    assert took < _rules.LOCK_TIMEOUT_S + 1.5, took
+    assert reader.routing_stats().replica_misses == {"conflict": 1}
+    assert reader.routing_stats().replica_reads == 0
+
+
+def _conflict(
+    reader: RoutingSaver, router: RoutingSaver, primary: DeltaPostgresSaver,
+    standby: Standby, dsn: str, replica_dsn: str,
+) -> None:
     chain = _chain(router, "t7", 4)
     standby.catch_up()
     want = tup(primary.get_tuple(chain[1]))
@@ -463,13 +516,14 @@ def test_async_routing_saver(dsn: str, replica_dsn: str, standby: Standby) -> No
                 config=head.config, channels=["messages"])) == canon_history(
                 await p.aget_delta_channel_history(config=head.config, channels=["messages"]))
             assert r.routing_stats().replica_reads == served
-            # another process, sealed checkpoints: on the replica, equal (the writer has
-            # a floor for the thread: its by-id reads wait for it, on the primary)
+            # sealed checkpoints, the writer and another process alike: on the replica,
+            # equal (final: they have a child there)
             for x in tuples[1:]:
                 assert tup(await r2.aget_tuple(x.config)) == tup(await p.aget_tuple(x.config))
                 assert tup(await r.aget_tuple(x.config)) == tup(await p.aget_tuple(x.config))
             assert r2.routing_stats().replica_reads == len(tuples) - 1
-            assert r.routing_stats().replica_reads == served
+            assert r.routing_stats().replica_reads == served + len(tuples) - 1
+            served = r.routing_stats().replica_reads
             assert canon((await graph.aget_state(conf)).values) == \
                 canon((await ref.aget_state(conf)).values)
             hist = [canon((s.values, s.config)) async for s in graph.aget_state_history(conf)]

@@ -1,0 +1,106 @@
+"""Which server a saver's connections reach (``sql/server.sql``, ``identity``).
+
+A connection is checked once, at its first use, by the saver that lends it (one
+statement per new connection, none per call). Two things hang on the answer:
+
+* **the history cache** is valid only for the server it was filled from. After a
+  failover (a multi-host DSN with ``target_session_attrs=read-write`` that now reaches a
+  promoted standby), the new primary may lack the last commits the old one had: the
+  cache is dropped when a connection reaches a server of another cluster or timeline,
+  and a connection to the server the saver used before is not lent any more (it is
+  closed; the pool replaces it).
+* **a replica** is used only when it is a hot standby of the primary's cluster, on the
+  primary's timeline (:mod:`.replicas`).
+
+The bookkeeping is here, with no I/O; the sync and async savers run the statement.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+log = logging.getLogger("langgraph_delta_postgres")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerIdentity:
+    """A server as ``server.identity`` describes it."""
+
+    system_identifier: str
+    in_recovery: bool
+    timeline: int
+
+    @classmethod
+    def of(cls, row: Sequence[Any]) -> ServerIdentity:
+        return cls(str(row[0]), bool(row[1]), int(row[2]))
+
+    def same_history(self, other: ServerIdentity) -> bool:
+        """The same cluster on the same timeline (LSNs of the two are comparable)."""
+        return (self.system_identifier, self.timeline) == (
+            other.system_identifier, other.timeline
+        )
+
+    def __str__(self) -> str:
+        role = "standby" if self.in_recovery else "primary"
+        return f"{role} of system identifier {self.system_identifier}, timeline {self.timeline}"
+
+
+class StaleServerError(psycopg.OperationalError):
+    """A pooled connection reaches the server this saver used before a failover: it is
+    closed instead of lent (the caller may retry; the pool opens a new one)."""
+
+
+class ServerTracker:
+    """The server of a saver's connections: each connection's identity once checked, and
+    the current one (the last new identity seen). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: weakref.WeakKeyDictionary[Any, ServerIdentity] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.current: ServerIdentity | None = None
+        #: how many times the server changed under this saver (a failover)
+        self.changes = 0
+
+    def known(self, conn: Any) -> ServerIdentity | None:
+        """This connection's identity, if it was checked (None: run the statement)."""
+        with self._lock:
+            return self._seen.get(conn)
+
+    def observe(self, conn: Any, row: Sequence[Any]) -> bool:
+        """Record the identity of a newly checked connection; True when it is another
+        server than the current one (the caller drops what it holds of the old)."""
+        ident = ServerIdentity.of(row)
+        with self._lock:
+            self._seen[conn] = ident
+            before, self.current = self.current, ident
+            changed = before is not None and not before.same_history(ident)
+            if changed:
+                self.changes += 1
+        if changed:
+            log.warning(
+                "langgraph-delta-postgres: the server changed (%s -> %s): a failover; the "
+                "history cache is dropped and connections to the old server are closed",
+                before, ident,
+            )
+        return changed
+
+    def reset(self) -> None:
+        """Check every connection again at its next use (the expected server changed)."""
+        with self._lock:
+            self._seen = weakref.WeakKeyDictionary()
+
+    def stale(self, conn: Any) -> bool:
+        """The connection reaches a server other than the current one."""
+        with self._lock:
+            ident = self._seen.get(conn)
+            cur = self.current
+        return ident is not None and cur is not None and not ident.same_history(cur)
