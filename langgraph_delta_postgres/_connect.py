@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ._checks import check_saver_options
 
@@ -63,3 +65,38 @@ def from_conn_string_kwargs(
     if pool_size is not None and pipeline:
         raise ValueError("pipeline mode needs a single connection: drop pool_size")
     return kwargs
+
+
+#: A pooled connection idle longer than this (seconds) is checked before it is lent
+#: (see :func:`check_if_idle`).
+IDLE_CHECK_S = 5.0
+
+
+def mark_returned(conn: Any) -> None:
+    """A pool's ``reset`` callback: when the connection went back to the pool."""
+    conn._lgdp_idle_since = time.monotonic()
+
+
+def _idle_long(conn: Any) -> bool:
+    since = getattr(conn, "_lgdp_idle_since", None)
+    return since is not None and time.monotonic() - since > IDLE_CHECK_S
+
+
+def check_if_idle(conn: Any) -> None:
+    """A pool's ``check`` callback that costs a healthy, recently used connection no round
+    trip: only a connection idle longer than ``IDLE_CHECK_S`` runs psycopg_pool's empty
+    statement first (a server restart or a dropped connection usually shows there). A
+    connection broken more recently fails its call: the routing saver's replica reads
+    then go to the primary."""
+    if _idle_long(conn):
+        ConnectionPool.check_connection(conn)
+
+
+async def acheck_if_idle(conn: Any) -> None:
+    """The async twin of :func:`check_if_idle`."""
+    if _idle_long(conn):
+        await AsyncConnectionPool.check_connection(conn)
+
+
+async def amark_returned(conn: Any) -> None:
+    mark_returned(conn)

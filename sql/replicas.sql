@@ -16,15 +16,20 @@
 -- name: guard
 -- Run on a standby before a routed read, on the connection that then runs it.
 -- Parameters: thread_id, checkpoint_ns text; checkpoint_id text (NULL: no checkpoint to
---   look for; present and sealed are then false).
+--   look for; present and sealed are then false); page_limit int (NULL: 0).
 -- Result columns: standby bool (pg_is_in_recovery(): false on a primary, or a promoted
 --   standby, which the saver then does not use as a replica); replay_lsn text (NULL when
 --   not a standby); present bool: the checkpoint is there; sealed bool: it has a child
 --   there. A child's id sorts above its parent's (uuid6 from the writing host's clock);
 --   a child written by a host whose clock is behind (contract 5a) is not found, so its
 --   parent counts as not sealed and the read goes to the primary: conservative.
+--   page_sealed bool: each of the page_limit newest checkpoints below checkpoint_id has
+--   a child there: a history page (list with before= and limit=, no filter) read next
+--   holds exactly these, final (ids appear in commit order, see docs/replicas.md), so
+--   the page needs no check after it (sealed_ids): 2 round trips instead of 3.
 -- Indexes: checkpoints_pkey (the checkpoint; and the range of newer ids of the thread and
---   namespace, in id order, for its child: typically the very next row).
+--   namespace, in id order, for its child: typically the very next row; the page: the
+--   range below checkpoint_id, backwards, page_limit rows, each with its child).
 SELECT
     pg_is_in_recovery() AS standby,
     pg_last_wal_replay_lsn()::text AS replay_lsn,
@@ -40,7 +45,24 @@ SELECT
           AND c.checkpoint_ns = %(checkpoint_ns)s
           AND c.checkpoint_id > %(checkpoint_id)s::text
           AND c.parent_checkpoint_id = %(checkpoint_id)s::text
-    ) AS sealed
+    ) AS sealed,
+    NOT EXISTS (
+        SELECT FROM (
+            SELECT c.checkpoint_id FROM {s}checkpoints AS c
+            WHERE c.thread_id = %(thread_id)s
+              AND c.checkpoint_ns = %(checkpoint_ns)s
+              AND c.checkpoint_id < %(checkpoint_id)s::text
+            ORDER BY c.checkpoint_id DESC
+            LIMIT coalesce(%(page_limit)s::int, 0)
+        ) AS p
+        WHERE NOT EXISTS (
+            SELECT FROM {s}checkpoints AS k
+            WHERE k.thread_id = %(thread_id)s
+              AND k.checkpoint_ns = %(checkpoint_ns)s
+              AND k.checkpoint_id > p.checkpoint_id
+              AND k.parent_checkpoint_id = p.checkpoint_id
+        )
+    ) AS page_sealed
 
 -- name: sealed_ids
 -- After a history page (list with before=) was read on a standby: which of its

@@ -22,7 +22,12 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
-from .._connect import DEFAULT_CACHE_BYTES, DEFAULT_PREPARE_THRESHOLD
+from .._connect import (
+    DEFAULT_CACHE_BYTES,
+    DEFAULT_PREPARE_THRESHOLD,
+    acheck_if_idle,
+    amark_returned,
+)
 from .._ops.retention import PruneStats
 from ..aio import AsyncDeltaPostgresSaver
 from ._ops import (
@@ -56,6 +61,7 @@ class AsyncRoutingSaver(_RoutingCore):
     _primary_type = AsyncDeltaPostgresSaver
     _pool_type = AsyncConnectionPool
     _replica_type = AsyncReplicaSaver
+    _pool_check = (acheck_if_idle, amark_returned)
     _open_pools_at_once = False  # opened in open(), on the event loop
 
     def __init__(

@@ -22,6 +22,9 @@ from ._rules import _LAST_TUPLE, _NEED, Need, R, Unsafe, _RoutingCore, lsn_to_in
 
 #: The saver index of a step on the primary (a replica's is its place in ``replicas``).
 PRIMARY = -1
+#: History pages of up to this many checkpoints (without a filter) are checked by the
+#: guard before they are read; longer ones, after (``replicas.sealed_ids``).
+MAX_GUARDED_PAGE = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,7 +259,11 @@ def op_list(
     elif (before_id := get_checkpoint_id(before) if before is not None else None):
         if conf.get("checkpoint_ns") is None:
             need = "not_routable"
-        else:
+        elif limit is not None and 0 < limit <= MAX_GUARDED_PAGE and not filter:
+            # the guard checks the page's checkpoints before it is read (2 round trips)
+            need = Need(core._token(config), t, str(conf["checkpoint_ns"]), before_id,
+                        True, False, limit)
+        else:  # a filter, or a long page: its checkpoints are checked after it
             need = Need(core._token(config), t, str(conf["checkpoint_ns"]), before_id,
                         True, False)
             sealed_of = t

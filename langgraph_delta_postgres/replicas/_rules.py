@@ -103,13 +103,15 @@ class Need:
     checkpoint_id: str | None
     present: bool
     sealed: bool
+    #: a history page of this many checkpoints below checkpoint_id must be final
+    page: int | None = None
 
     def params(self) -> dict[str, Any]:
         return {"thread_id": self.thread_id, "checkpoint_ns": self.checkpoint_ns,
-                "checkpoint_id": self.checkpoint_id}
+                "checkpoint_id": self.checkpoint_id, "page_limit": self.page}
 
     def check(self, row: tuple[Any, ...]) -> None:
-        standby, replay, present, sealed = row
+        standby, replay, present, sealed, page_sealed = row
         if not standby or replay is None:
             raise Unsafe("not_standby", "it is not in recovery (promoted?)")
         if self.floor is not None and lsn_to_int(replay) < self.floor:
@@ -118,6 +120,8 @@ class Need:
             raise Unsafe("absent")
         if self.sealed and not sealed:
             raise Unsafe("head")
+        if self.page and not page_sealed:
+            raise Unsafe("unsealed_page")
 
 
 #: The requirement of the read running in this context on a replica saver: checked on
@@ -306,6 +310,8 @@ class _RoutingCore(BaseCheckpointSaver[str]):
     _pool_type: ClassVar[type[Any]]
     _replica_type: ClassVar[type[Any]]
     _open_pools_at_once: ClassVar[bool]
+    #: the check and reset callbacks of a pool made for a replica DSN (.._connect)
+    _pool_check: ClassVar[tuple[Any, Any]]
 
     def _init_savers(
         self, primary: Any, replicas: Sequence[Any], *, retry_after: float,
@@ -335,7 +341,8 @@ class _RoutingCore(BaseCheckpointSaver[str]):
                     r, min_size=1, max_size=pool_size, timeout=replica_timeout,
                     kwargs=_replica_pool_kwargs(r, prepare_threshold, replica_timeout,
                                                 replica_query_timeout),
-                    check=self._pool_type.check_connection, open=self._open_pools_at_once,
+                    check=self._pool_check[0], reset=self._pool_check[1],
+                    open=self._open_pools_at_once,
                 )
                 self._own_pools.append(pool)
             elif isinstance(r, self._pool_type):

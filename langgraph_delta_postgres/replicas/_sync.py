@@ -21,7 +21,12 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
 
-from .._connect import DEFAULT_CACHE_BYTES, DEFAULT_PREPARE_THRESHOLD
+from .._connect import (
+    DEFAULT_CACHE_BYTES,
+    DEFAULT_PREPARE_THRESHOLD,
+    check_if_idle,
+    mark_returned,
+)
 from .._ops.retention import PruneStats
 from ..saver import DeltaPostgresSaver
 from ._ops import (
@@ -65,6 +70,7 @@ class RoutingSaver(_RoutingCore):
     _primary_type = DeltaPostgresSaver
     _pool_type = ConnectionPool
     _replica_type = ReplicaSaver
+    _pool_check = (check_if_idle, mark_returned)
     _open_pools_at_once = True
 
     def __init__(
