@@ -260,6 +260,8 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
             async with tx, conn.cursor(row_factory=tuple_row) as cur:
                 await cur.execute(self.queries["server.identity"])
                 row = await cur.fetchone()
+            if self.pipe is not None:
+                await self.pipe.sync()  # end the pipeline's implicit transaction: no snapshot held
             assert row is not None
             self._server_seen(conn, row)
             await self._new_connection(conn)

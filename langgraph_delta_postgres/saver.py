@@ -158,6 +158,8 @@ class DeltaPostgresSaver(SaverCore):
             with tx, conn.cursor(row_factory=tuple_row) as cur:
                 cur.execute(self.queries["server.identity"])
                 row = cur.fetchone()
+            if self.pipe is not None:
+                self.pipe.sync()  # end the pipeline's implicit transaction: no snapshot held
             assert row is not None
             self._server_seen(conn, row)
             self._new_connection(conn)

@@ -16,7 +16,13 @@
 -- name: guard
 -- Run on a standby before a routed read, on the connection that then runs it.
 -- Parameters: thread_id, checkpoint_ns text; checkpoint_id text (NULL: no checkpoint to
---   look for; present and sealed are then false); page_limit int (NULL: 0).
+--   look for; present and sealed are then false); page_limit int (NULL: 0); floor text
+--   (an LSN, or NULL) and max_wait_ms int: a standby behind the floor is waited for, up
+--   to max_wait_ms, polling its replay position every millisecond (a read of the latest
+--   checkpoint has the primary's insert position as its floor, which any write to any
+--   database of the cluster moves: without the wait a busy primary's standby is always
+--   a few milliseconds behind it). The guard's own snapshot is taken before the wait;
+--   the read's, after it.
 -- Result columns: standby bool (pg_is_in_recovery(): false on a primary, or a promoted
 --   standby, which the saver then does not use as a replica); replay_lsn text (NULL when
 --   not a standby); present bool: the checkpoint is there; sealed bool: it has a child
@@ -30,9 +36,21 @@
 -- Indexes: checkpoints_pkey (the checkpoint; and the range of newer ids of the thread and
 --   namespace, in id order, for its child: typically the very next row; the page: the
 --   range below checkpoint_id, backwards, page_limit rows, each with its child).
+WITH RECURSIVE waited (replayed) AS (
+    SELECT pg_last_wal_replay_lsn()
+    UNION ALL
+    SELECT (
+        SELECT pg_last_wal_replay_lsn() FROM (SELECT pg_sleep(0.001)) AS s
+        WHERE w.replayed IS NOT NULL  -- correlated: evaluated again for every row
+    )
+    FROM waited AS w
+    WHERE w.replayed < %(floor)s::pg_lsn
+      AND clock_timestamp()
+          < statement_timestamp() + %(max_wait_ms)s::int * interval '1 millisecond'
+)
 SELECT
     pg_is_in_recovery() AS standby,
-    pg_last_wal_replay_lsn()::text AS replay_lsn,
+    (SELECT max(replayed) FROM waited)::text AS replay_lsn,
     EXISTS (
         SELECT FROM {s}checkpoints AS c
         WHERE c.thread_id = %(thread_id)s

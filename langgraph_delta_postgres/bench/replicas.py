@@ -135,6 +135,7 @@ def _round(mode: str, dsn: str, replica: str, dbname: str, standby_admin: str,
     s0 = _active_ms(standby_admin, dbname)
     stop = threading.Event()
     pages = [0] * readers
+    latest = [0] * readers
     turns: list[list[float]] = [[] for _ in range(writers)]
     errors: list[BaseException] = []
     seeds = [rng.random() for _ in range(readers)]
@@ -152,10 +153,13 @@ def _round(mode: str, dsn: str, replica: str, dbname: str, standby_admin: str,
                         continue
                     due = max(due + 1 / PAGES_PER_S, now)
                     t = r.choice(threads)
+                    conf = {"configurable": {"thread_id": t, "checkpoint_ns": ""}}
+                    if i % 2:  # a UI's latest state (the primary is asked for the floor)
+                        latest[i] += 1 if graph.get_state(conf).values else 0
+                        continue
                     before = r.choice(anchors[t])
-                    n = sum(1 for _ in graph.get_state_history(
-                        {"configurable": {"thread_id": t, "checkpoint_ns": ""}},
-                        before=before, limit=PAGE))
+                    n = sum(1 for _ in graph.get_state_history(conf, before=before,
+                                                               limit=PAGE))
                     pages[i] += 1 if n else 0
             except BaseException as e:  # noqa: BLE001  # reported after the round
                 errors.append(e)
@@ -192,6 +196,7 @@ def _round(mode: str, dsn: str, replica: str, dbname: str, standby_admin: str,
     standby_ms = _active_ms(standby_admin, dbname) - s0
     lat = sorted(x for w in turns for x in w)
     served = sum(pages)
+    reads = served + sum(latest)
 
     def pct(q: float) -> float:
         return lat[min(len(lat) - 1, int(q * len(lat)))] * 1000 if lat else float("nan")
@@ -208,6 +213,11 @@ def _round(mode: str, dsn: str, replica: str, dbname: str, standby_admin: str,
         else None,
         "reader_primary_cpu_ms_per_page": ((cpu1 - cpu0) / served)
         if cpu0 is not None and cpu1 is not None and served else None,
+        # per read of any kind: pages and latest states (a latest read routed to the
+        # replica still costs the primary its floor statement)
+        "latest_reads": sum(latest),
+        "reader_primary_cpu_ms_per_read": ((cpu1 - cpu0) / reads)
+        if cpu0 is not None and cpu1 is not None and reads else None,
         "writer_p50_ms": pct(0.50),
         "writer_p99_ms": pct(0.99),
     }
@@ -265,7 +275,11 @@ def run_replicas(dsn: str, server_dsn: str, scale: str, log: Callable[[str], Non
         vals = [p[mode][key] for p in out if p[mode][key] is not None]
         return statistics.median(vals) if vals else None
 
+    latency = routed_latency(dsn, replica, threads, anchors, standby, LATENCY_READS[scale], log)
+    loss = turn_loss(dsn, replica, standby, LOSS_TURNS[scale], log)
     return {
+        "latency": latency,
+        "turn_loss": loss,
         "sizes": {"threads": len(threads), "turns": n_turns, "readers": readers,
                   "writers": writers, "seconds_per_round": seconds, "rounds": rounds},
         "rounds": out,
@@ -274,6 +288,10 @@ def run_replicas(dsn: str, server_dsn: str, scale: str, log: Callable[[str], Non
             m: med(m, "reader_primary_cpu_ms_per_page") for m in ("primary", "replica")
         },
         "ratio_reader_primary_cpu_per_page": ratio("reader_primary_cpu_ms_per_page"),
+        "reader_primary_cpu_ms_per_read": {
+            m: med(m, "reader_primary_cpu_ms_per_read") for m in ("primary", "replica")
+        },
+        "ratio_reader_primary_cpu_per_read": ratio("reader_primary_cpu_ms_per_read"),
         "writer_p50_ms": {m: med(m, "writer_p50_ms") for m in ("primary", "replica")},
         "writer_p99_ms": {m: med(m, "writer_p99_ms") for m in ("primary", "replica")},
         "pages": {m: med(m, "pages") for m in ("primary", "replica")},
@@ -281,6 +299,131 @@ def run_replicas(dsn: str, server_dsn: str, scale: str, log: Callable[[str], Non
         "ratio_writer_p99": ratio("writer_p99_ms"),
         "ratio_writer_p50": ratio("writer_p50_ms"),
     }
+
+
+#: scale -> reads per kind of the latency section (routed and direct, interleaved)
+LATENCY_READS = {"full": 400, "quick": 150, "tiny": 20}
+#: scale -> (workers, threads, turns per thread) of the turn-loss section
+LOSS_TURNS = {"full": (3, 4, 30), "quick": (3, 3, 12), "tiny": (3, 2, 4)}
+
+
+def routed_latency(dsn: str, replica: str, threads: list[str], anchors: dict[str, list[Any]],
+                   standby: Standby, n: int, log: Callable[[str], None]) -> dict[str, Any]:
+    """The time of a routed read next to the same read on the standby directly (a
+    DeltaPostgresSaver on it), no writes running, the standby caught up: a history page
+    (``list(before=, limit=10)``) and a latest ``get_state``. Interleaved pair by pair,
+    each saver with its cache; the median of the pairs' ratios (routed / direct)."""
+    standby.catch_up()
+    rng = random.Random(7)
+    out: dict[str, Any] = {}
+    with DeltaPostgresSaver.from_conn_string(dsn) as primary, \
+            DeltaPostgresSaver.from_conn_string(replica) as direct:
+        routing = RoutingSaver(primary, [replica], pool_size=1)
+        try:
+            g_routed = build_graph(WORKLOAD, routing)
+            g_direct = build_graph(WORKLOAD, direct)
+            kinds: dict[str, Callable[[Any, Any, str, Any], Any]] = {
+                "page": lambda s, g, t, b: list(s.list(
+                    {"configurable": {"thread_id": t, "checkpoint_ns": ""}}, before=b,
+                    limit=PAGE)),
+                "latest": lambda s, g, t, b: g.get_state({"configurable": {"thread_id": t}}),
+            }
+            for kind, read in kinds.items():
+                ratios, routed_ms, direct_ms = [], [], []
+                for k in range(n):
+                    t = rng.choice(threads)
+                    b = rng.choice(anchors[t])
+                    pair = [(routing, g_routed), (direct, g_direct)]
+                    if k % 2:
+                        pair.reverse()
+                    took = {}
+                    for s, g in pair:
+                        started = time.perf_counter()
+                        read(s, g, t, b)
+                        took[id(s)] = time.perf_counter() - started
+                    routed_ms.append(took[id(routing)] * 1000)
+                    direct_ms.append(took[id(direct)] * 1000)
+                    ratios.append(took[id(routing)] / took[id(direct)])
+                out[kind] = {
+                    "routed_ms_p50": statistics.median(routed_ms),
+                    "direct_ms_p50": statistics.median(direct_ms),
+                    "ratio": statistics.median(ratios),
+                }
+                log(f"replicas: latency of a {kind} read, routed {out[kind]['routed_ms_p50']:.2f}"
+                    f" ms, on the standby directly {out[kind]['direct_ms_p50']:.2f} ms "
+                    f"(median of pair ratios {out[kind]['ratio']:.2f}x)")
+            stats = routing.routing_stats()
+            out["routing"] = {"replica_reads": stats.replica_reads,
+                              "primary_reads": stats.primary_reads,
+                              "replica_misses": stats.replica_misses}
+        finally:
+            routing.close()
+    return out
+
+
+def turn_loss(dsn: str, replica: str, standby: Standby, size: tuple[int, int, int],
+              log: Callable[[str], None]) -> dict[str, Any]:
+    """Several workers, each with its own routing saver, run the turns of shared threads
+    in alternation (turn k of a thread on worker k mod workers, as Agent Server's workers
+    do), threads in parallel, with the standby's replay delayed by 20 ms
+    (``recovery_min_apply_delay``, about a standby on another host). Counted: turns whose
+    input is missing from the thread's final state on the primary."""
+    workers, n_threads, turns = size
+    threads = [f"loss{i}" for i in range(n_threads)]
+    with standby.admin() as c:
+        c.execute("ALTER SYSTEM SET recovery_min_apply_delay = '20ms'")
+        c.execute("SELECT pg_reload_conf()")
+    try:
+        with contextlib.ExitStack() as stack:
+            graphs = []
+            for _ in range(workers):
+                primary = stack.enter_context(DeltaPostgresSaver.from_conn_string(dsn))
+                routing = RoutingSaver(primary, [replica], pool_size=1)
+                stack.callback(routing.close)
+                graphs.append(build_graph(WORKLOAD, routing))
+            started = time.perf_counter()
+            for k in range(turns):
+                errors: list[BaseException] = []
+
+                def turn(j: int, t: str, k: int = k,
+                         errors: list[BaseException] = errors) -> None:
+                    try:
+                        graphs[(k + j) % workers].invoke(
+                            user_input(WORKLOAD, k), {"configurable": {"thread_id": t}})
+                    except BaseException as e:  # noqa: BLE001  # raised below
+                        errors.append(e)
+
+                ts = [threading.Thread(target=turn, args=(j, t)) for j, t in enumerate(threads)]
+                for th in ts:
+                    th.start()
+                for th in ts:
+                    th.join()
+                if errors:
+                    raise errors[0]
+            seconds = time.perf_counter() - started
+    finally:
+        with standby.admin() as c:
+            c.execute("ALTER SYSTEM RESET recovery_min_apply_delay")
+            c.execute("SELECT pg_reload_conf()")
+    lost = 0
+    with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as ref:
+        g = build_graph(WORKLOAD, ref)
+        want = [_human(user_input(WORKLOAD, k)) for k in range(turns)]
+        for t in threads:
+            msgs = g.get_state({"configurable": {"thread_id": t}}).values.get("messages", [])
+            got = [m.content for m in msgs if getattr(m, "type", "") == "human"]
+            lost += sum(1 for w in want if w not in got) if got != want else 0
+    total = turns * n_threads
+    log(f"replicas: {workers} workers alternating turns on {n_threads} threads, replay "
+        f"delayed 20 ms: {lost} of {total} turns lost ({seconds:.1f} s)")
+    return {"workers": workers, "threads": n_threads, "turns": total, "lost": lost,
+            "seconds": round(seconds, 1)}
+
+
+def _human(inp: Any) -> Any:
+    """The content of the human message of a turn's input."""
+    msgs = inp["messages"] if isinstance(inp, dict) else inp
+    return msgs[-1].content if hasattr(msgs[-1], "content") else msgs[-1][1]
 
 
 def run_alone(
@@ -295,6 +438,19 @@ def run_alone(
             res["replicas"] = run_replicas(dsn, server_dsn, scale,
                                            lambda m: print(m, flush=True), standby)
     r = res["replicas"]
+    per_read = r["reader_primary_cpu_ms_per_read"]
+    if per_read["primary"] is not None:
+        print(f"replicas: readers' primary backends, CPU per read (pages and latest states): "
+              f"{per_read['primary']:.3f} ms without the replica, "
+              f"{per_read['replica']:.3f} ms with it (median of pair ratios "
+              f"{r['ratio_reader_primary_cpu_per_read']:.1f}x; inf: none at all)")
+    for kind in ("page", "latest"):
+        lat = r["latency"][kind]
+        print(f"replicas: a routed {kind} read takes {lat['ratio']:.2f}x the same read on the "
+              f"standby directly ({lat['routed_ms_p50']:.2f} / {lat['direct_ms_p50']:.2f} ms)")
+    loss = r["turn_loss"]
+    print(f"replicas: {loss['workers']} workers alternating on shared threads: "
+          f"{loss['lost']} of {loss['turns']} turns lost")
     cpu = r["reader_primary_cpu_ms_per_page"]
     if cpu["primary"] is not None:
         print(f"replicas: readers' primary backends, CPU per history page: "

@@ -45,6 +45,7 @@ from ._ops import (
 from ._rules import (
     DEFAULT_QUERY_TIMEOUT,
     DEFAULT_REPLICA_TIMEOUT,
+    DEFAULT_REPLICA_WAIT,
     DEFAULT_RETRY_AFTER,
     AsyncReplicaSaver,
     R,
@@ -72,6 +73,7 @@ class AsyncRoutingSaver(_RoutingCore):
         retry_after: float = DEFAULT_RETRY_AFTER,
         replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
         replica_query_timeout: float = DEFAULT_QUERY_TIMEOUT,
+        replica_wait: float = DEFAULT_REPLICA_WAIT,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         pool_size: int = 4,
         prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
@@ -79,6 +81,7 @@ class AsyncRoutingSaver(_RoutingCore):
         self._init_savers(primary, replicas, retry_after=retry_after,
                           replica_timeout=replica_timeout,
                           replica_query_timeout=replica_query_timeout,
+                        replica_wait=replica_wait,
                           cache_bytes=cache_bytes, pool_size=pool_size,
                           prepare_threshold=prepare_threshold)
 
@@ -109,6 +112,7 @@ class AsyncRoutingSaver(_RoutingCore):
         retry_after: float = DEFAULT_RETRY_AFTER,
         replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
         replica_query_timeout: float = DEFAULT_QUERY_TIMEOUT,
+        replica_wait: float = DEFAULT_REPLICA_WAIT,
     ) -> AsyncIterator[AsyncRoutingSaver]:
         """See :meth:`RoutingSaver.from_conn_string`."""
         async with AsyncDeltaPostgresSaver.from_conn_string(
@@ -118,6 +122,7 @@ class AsyncRoutingSaver(_RoutingCore):
             saver = cls(primary, list(replicas), retry_after=retry_after,
                         replica_timeout=replica_timeout,
                         replica_query_timeout=replica_query_timeout,
+                        replica_wait=replica_wait,
                         cache_bytes=cache_bytes, pool_size=pool_size or 4,
                         prepare_threshold=prepare_threshold)
             try:

@@ -48,6 +48,9 @@ DEFAULT_REPLICA_TIMEOUT = 1.0
 #: Default bound of every replica statement (seconds): past it the read goes to the
 #: primary and the replica is left alone for retry_after.
 DEFAULT_QUERY_TIMEOUT = 2.0
+#: Default of how long a replica behind a read's floor is waited for before the primary
+#: answers instead (seconds; a standby on another host lags by a few milliseconds).
+DEFAULT_REPLICA_WAIT = 0.05
 #: A replica statement waits at most this long for a lock (a lock replayed from the
 #: primary is held until its commit is replayed, which recovery_min_apply_delay delays).
 LOCK_TIMEOUT_S = 0.2
@@ -106,9 +109,11 @@ class Need:
     #: a history page of this many checkpoints below checkpoint_id must be final
     page: int | None = None
 
-    def params(self) -> dict[str, Any]:
+    def params(self, max_wait: float) -> dict[str, Any]:
         return {"thread_id": self.thread_id, "checkpoint_ns": self.checkpoint_ns,
-                "checkpoint_id": self.checkpoint_id, "page_limit": self.page}
+                "checkpoint_id": self.checkpoint_id, "page_limit": self.page,
+                "floor": None if self.floor is None else int_to_lsn(self.floor),
+                "max_wait_ms": int(max_wait * 1000)}
 
     def check(self, row: tuple[Any, ...]) -> None:
         standby, replay, present, sealed, page_sealed = row
@@ -143,9 +148,11 @@ class ReplicaBounds:
     bounds of every replica statement. Shared by reference: a failover seen by the
     router updates ``expected`` for all of them."""
 
-    def __init__(self, query_timeout: float) -> None:
+    def __init__(self, query_timeout: float, max_wait: float) -> None:
         self.expected: ServerIdentity | None = None
         self.query_timeout = query_timeout
+        #: how long the guard waits for a replica behind a read's floor (seconds)
+        self.max_wait = max_wait
         #: the server-side bounds (sql/replicas.sql, bound_session)
         self.session = {
             "statement_timeout": f"{int(query_timeout * 1000)}ms",
@@ -201,13 +208,18 @@ class ReplicaSaver(DeltaPostgresSaver):
             self.bounds.verify(self._server.known(conn))
             need = _NEED.get()
             with deadline(conn, self.bounds.deadline) as d, _timed_out(d):
-                if need is not None:
-                    with conn.cursor(row_factory=tuple_row) as cur:
-                        cur.execute(self.queries["replicas.guard"], need.params())
-                        row = cur.fetchone()
-                    assert row is not None
-                    need.check(row)
-                yield conn
+                if need is None:
+                    yield conn
+                    return
+                # the guard and the read in one pipeline: one round trip; the read's
+                # snapshot is still taken after the guard's (one per statement), and an
+                # answer the guard does not allow is dropped before anyone sees it
+                with conn.pipeline(), conn.cursor(row_factory=tuple_row) as cur:
+                    cur.execute(self.queries["replicas.guard"], need.params(self.bounds.max_wait))
+                    yield conn
+                    row = cur.fetchone()
+                assert row is not None
+                need.check(row)
 
 
 class AsyncReplicaSaver(AsyncDeltaPostgresSaver):
@@ -229,13 +241,17 @@ class AsyncReplicaSaver(AsyncDeltaPostgresSaver):
             self.bounds.verify(self._server.known(conn))
             need = _NEED.get()
             with deadline(conn, self.bounds.deadline) as d, _timed_out(d):
-                if need is not None:
-                    async with conn.cursor(row_factory=tuple_row) as cur:
-                        await cur.execute(self.queries["replicas.guard"], need.params())
-                        row = await cur.fetchone()
-                    assert row is not None
-                    need.check(row)
-                yield conn
+                if need is None:
+                    yield conn
+                    return
+                # see ReplicaSaver._connection: guard and read in one round trip
+                async with conn.pipeline(), conn.cursor(row_factory=tuple_row) as cur:
+                    await cur.execute(self.queries["replicas.guard"],
+                                      need.params(self.bounds.max_wait))
+                    yield conn
+                    row = await cur.fetchone()
+                assert row is not None
+                need.check(row)
 
 
 @contextlib.contextmanager
@@ -315,7 +331,8 @@ class _RoutingCore(BaseCheckpointSaver[str]):
 
     def _init_savers(
         self, primary: Any, replicas: Sequence[Any], *, retry_after: float,
-        replica_timeout: float, replica_query_timeout: float, cache_bytes: int,
+        replica_timeout: float, replica_query_timeout: float, replica_wait: float,
+        cache_bytes: int,
         pool_size: int, prepare_threshold: int | None,
     ) -> None:
         """The routing saver's ``__init__``: a saver on each replica's pool (made for a
@@ -330,9 +347,13 @@ class _RoutingCore(BaseCheckpointSaver[str]):
                             ("replica_query_timeout", replica_query_timeout)):
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
+        if (isinstance(replica_wait, bool) or not isinstance(replica_wait, int | float)
+                or not 0 <= replica_wait < replica_query_timeout):
+            raise ValueError("replica_wait must be a number of seconds from 0 to below "
+                             f"replica_query_timeout, not {replica_wait!r}")
         super().__init__(serde=primary.serde)
         self.primary = primary
-        self._bounds = ReplicaBounds(float(replica_query_timeout))
+        self._bounds = ReplicaBounds(float(replica_query_timeout), float(replica_wait))
         self._own_pools = []
         savers = []
         for r in replicas:

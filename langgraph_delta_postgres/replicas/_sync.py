@@ -44,6 +44,7 @@ from ._ops import (
 from ._rules import (
     DEFAULT_QUERY_TIMEOUT,
     DEFAULT_REPLICA_TIMEOUT,
+    DEFAULT_REPLICA_WAIT,
     DEFAULT_RETRY_AFTER,
     R,
     ReplicaSaver,
@@ -61,7 +62,16 @@ class RoutingSaver(_RoutingCore):
         replicas: one ``ConnectionPool`` (or DSN) per hot standby of the primary.
         retry_after: seconds a replica that could not be reached is left alone.
         replica_timeout: seconds a read waits for a replica connection (a DSN's pool).
+        replica_query_timeout: seconds any statement on a replica may take (server-side
+            statement_timeout, a client-side deadline, TCP keepalives); past it the
+            primary answers and the replica is left alone for ``retry_after``.
+        replica_wait: seconds a replica behind a read's floor is waited for (inside the
+            guard statement) before the primary answers instead.
         cache_bytes: history cache budget of each replica's saver.
+
+    Raises:
+        ReplicaMismatchError: a reachable replica is not a hot standby of the primary's
+            cluster on its timeline.
     """
 
     primary: DeltaPostgresSaver
@@ -81,6 +91,7 @@ class RoutingSaver(_RoutingCore):
         retry_after: float = DEFAULT_RETRY_AFTER,
         replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
         replica_query_timeout: float = DEFAULT_QUERY_TIMEOUT,
+        replica_wait: float = DEFAULT_REPLICA_WAIT,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         pool_size: int = 4,
         prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
@@ -88,6 +99,7 @@ class RoutingSaver(_RoutingCore):
         self._init_savers(primary, replicas, retry_after=retry_after,
                           replica_timeout=replica_timeout,
                           replica_query_timeout=replica_query_timeout,
+                        replica_wait=replica_wait,
                           cache_bytes=cache_bytes, pool_size=pool_size,
                           prepare_threshold=prepare_threshold)
         try:
@@ -111,6 +123,7 @@ class RoutingSaver(_RoutingCore):
         retry_after: float = DEFAULT_RETRY_AFTER,
         replica_timeout: float = DEFAULT_REPLICA_TIMEOUT,
         replica_query_timeout: float = DEFAULT_QUERY_TIMEOUT,
+        replica_wait: float = DEFAULT_REPLICA_WAIT,
     ) -> Iterator[RoutingSaver]:
         """A routing saver on ``conn_string`` (the primary) and ``replicas`` (DSNs of its
         hot standbys); every connection and pool is closed on exit."""
@@ -121,6 +134,7 @@ class RoutingSaver(_RoutingCore):
             saver = cls(primary, list(replicas), retry_after=retry_after,
                         replica_timeout=replica_timeout,
                         replica_query_timeout=replica_query_timeout,
+                        replica_wait=replica_wait,
                         cache_bytes=cache_bytes, pool_size=pool_size or 4,
                         prepare_threshold=prepare_threshold)
             try:

@@ -241,6 +241,70 @@ def test_get_tuple_and_its_history_come_from_one_server(
 # ---------------------------------------------------------------------------- faults
 
 
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_write_racing_a_read_on_one_saver_never_lowers_its_floor(
+    dsn: str, replica_dsn: str, primary: DeltaPostgresSaver, standby: Standby, kind: str,
+) -> None:
+    """One routing saver writes a thread while it reads the thread's latest checkpoint
+    (a graph's background writes beside a get_state): every read began after another
+    worker's turn had committed, so every read must see it, whatever the interleaving
+    of the saver's own write with its read. Before, a read that met the write half
+    done saw the thread's floor pending and let a replica that lacked the other
+    worker's turn answer (182 of 300 stale on the async saver)."""
+    chain = _chain(primary, "race", 3)
+    standby.catch_up()
+    standby.pause()  # the standby lacks everything below
+    other = primary.put(chain[-1], make_checkpoint({"obj": {"i": 99}}, {"obj": "99"}),
+                        {"source": "loop", "step": 99}, {"obj": "99"})  # another worker
+    want = other["configurable"]["checkpoint_id"]
+    seen: list[str | None] = []
+
+    def reads(r: Any) -> None:
+        for _ in range(60):
+            got = r.get_tuple(cfg("race"))
+            seen.append(got.config["configurable"]["checkpoint_id"] if got else None)
+
+    def writes(r: Any) -> None:
+        for i in range(60):
+            r.put_writes(other, [("log", f"mine{i}")], f"mine-{i}")
+
+    try:
+        if kind == "sync":
+            with RoutingSaver.from_conn_string(dsn, replicas=[replica_dsn],
+                                               pool_size=4) as r:
+                r.put_writes(chain[-1], [("log", "own")], "own")  # a write of its own first
+                ts = [threading.Thread(target=f, args=(r,)) for f in (reads, writes, reads)]
+                for th in ts:
+                    th.start()
+                for th in ts:
+                    th.join(120)
+        else:
+            async def main() -> None:
+                async with AsyncRoutingSaver.from_conn_string(
+                    dsn, replicas=[replica_dsn], pool_size=4
+                ) as r:
+                    await r.aput_writes(chain[-1], [("log", "own")], "own")
+
+                    async def areads() -> None:
+                        for _ in range(60):
+                            got = await r.aget_tuple(cfg("race"))
+                            seen.append(got.config["configurable"]["checkpoint_id"]
+                                        if got else None)
+
+                    async def awrites() -> None:
+                        for i in range(60):
+                            await r.aput_writes(other, [("log", f"mine{i}")], f"mine-{i}")
+
+                    await asyncio.gather(areads(), awrites(), areads())
+
+            asyncio.run(main())
+    finally:
+        standby.resume()
+    assert len(seen) == 120
+    stale = [s for s in seen if s != want]
+    assert not stale, f"{len(stale)} of {len(seen)} latest reads older than the read's start"
+
+
 def test_thread_deleted_on_the_primary_while_the_standby_lags(
     router: RoutingSaver, reader: RoutingSaver, primary: DeltaPostgresSaver,
     standby: Standby,
@@ -556,3 +620,7 @@ def test_bench_section_runs(dsn: str, replica_dsn: str, standby: Standby) -> Non
     assert pair["primary"]["pages"] > 0 and pair["replica"]["pages"] > 0
     assert pair["replica"]["replica_reads"] > 0
     assert pair["primary"]["writer_turns"] > 0 and pair["replica"]["writer_turns"] > 0
+    assert pair["replica"]["latest_reads"] > 0
+    assert res["latency"]["page"]["ratio"] > 0 and res["latency"]["latest"]["ratio"] > 0
+    assert res["latency"]["routing"]["replica_reads"] > 0
+    assert res["turn_loss"]["turns"] == 8 and res["turn_loss"]["lost"] == 0
