@@ -249,8 +249,7 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
                 await self._check_server(conn)
                 yield conn
         else:
-            async with self.lock:
-                await self._check_server(self.conn)
+            async with self.lock:  # one connection: it never reaches another server
                 yield self.conn
 
     async def _check_server(self, conn: AsyncConnection[Any]) -> None:

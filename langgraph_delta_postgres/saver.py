@@ -146,13 +146,14 @@ class DeltaPostgresSaver(SaverCore):
                 self._check_server(conn)
                 yield conn
         else:
-            with self.lock:
-                self._check_server(self.conn)
+            with self.lock:  # one connection: it never reaches another server
                 yield self.conn
 
     def _check_server(self, conn: Connection[Any]) -> None:
-        """A connection's first use runs ``server.identity`` (see :mod:`._server`); a
-        connection to a server this saver no longer uses (before a failover) is closed."""
+        """A pooled connection's first use runs ``server.identity`` (see :mod:`._server`):
+        a pool may reach another server after a failover, a single connection never does
+        (it ends with its server). A connection to a server this saver no longer uses
+        (before a failover) is closed."""
         if self._server.known(conn) is None:
             tx = nullcontext() if conn.autocommit else conn.transaction()
             with tx, conn.cursor(row_factory=tuple_row) as cur:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from langgraph_delta_postgres._server import ServerIdentity
 from langgraph_delta_postgres.replicas._rules import (
     Need,
+    ReplicaBounds,
     Unsafe,
     int_to_lsn,
     lsn_to_int,
@@ -31,12 +33,15 @@ def test_bad_tokens_are_refused(bad: str) -> None:
 @pytest.mark.parametrize(
     ("need", "row", "reason"),
     [
-        (Need(None, "t", "", "c", True, False), (False, None, True, True), "not_standby"),
-        (Need(100, "t", "", None, False, False), (True, "0/63", False, False), "behind"),
-        (Need(None, "t", "", "c", True, False), (True, "0/1", False, False), "absent"),
-        (Need(None, "t", "", "c", True, True), (True, "0/1", True, False), "head"),
-        (Need(100, "t", "", "c", True, True), (True, "0/64", True, True), None),
-        (Need(None, "t", "", "c", True, False), (True, "0/1", True, False), None),
+        (Need(None, "t", "", "c", True, False), (False, None, True, True, True), "not_standby"),
+        (Need(100, "t", "", None, False, False), (True, "0/63", False, False, True), "behind"),
+        (Need(None, "t", "", "c", True, False), (True, "0/1", False, False, True), "absent"),
+        (Need(None, "t", "", "c", True, True), (True, "0/1", True, False, True), "head"),
+        (Need(None, "t", "", "c", True, False, 10), (True, "0/1", True, False, False),
+         "unsealed_page"),
+        (Need(100, "t", "", "c", True, True), (True, "0/64", True, True, True), None),
+        (Need(None, "t", "", "c", True, False), (True, "0/1", True, False, False), None),
+        (Need(None, "t", "", "c", True, False, 10), (True, "0/1", True, False, True), None),
     ],
 )
 def test_guard_decisions(need: Need, row: tuple[object, ...], reason: str | None) -> None:
@@ -46,3 +51,26 @@ def test_guard_decisions(need: Need, row: tuple[object, ...], reason: str | None
         with pytest.raises(Unsafe) as e:
             need.check(row)
         assert e.value.reason == reason
+
+
+def test_guard_params_carry_the_floor_and_the_wait() -> None:
+    p = Need(lsn_to_int("16/B374D848"), "t", "ns", "c", True, False, 10).params(0.05)
+    assert p == {"thread_id": "t", "checkpoint_ns": "ns", "checkpoint_id": "c",
+                 "page_limit": 10, "floor": "16/B374D848", "max_wait_ms": 50}
+    assert Need(None, "t", "", None, False, False).params(0)["floor"] is None
+
+
+def test_replica_bounds_refuse_another_cluster_or_timeline() -> None:
+    b = ReplicaBounds(2.0, 0.05)
+    assert b.session == {"statement_timeout": "2000ms", "lock_timeout": "200ms"}
+    b.verify(ServerIdentity("1", True, 1))  # no primary known yet: in recovery is enough
+    with pytest.raises(Unsafe) as e:
+        b.verify(ServerIdentity("1", False, 1))
+    assert e.value.reason == "not_standby"
+    b.expected = ServerIdentity("1", False, 2)
+    b.verify(ServerIdentity("1", True, 2))
+    for other, says in ((ServerIdentity("9", True, 2), "system identifier"),
+                        (ServerIdentity("1", True, 1), "timeline")):
+        with pytest.raises(Unsafe) as e:
+            b.verify(other)
+        assert e.value.reason == "mismatch" and says in e.value.detail
