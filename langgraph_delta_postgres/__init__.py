@@ -19,7 +19,9 @@ from .aio import AsyncDeltaPostgresSaver
 from .errors import (
     CorruptCheckpointError,
     HistoryError,
+    LostParentError,
     MigrationError,
+    ReplicaMismatchError,
     SetupRequiredError,
     _deprecated,
 )
@@ -33,8 +35,10 @@ __all__ = [
     "CorruptCheckpointError",
     "DeltaPostgresSaver",
     "HistoryError",
+    "LostParentError",
     "MigrationError",
     "PruneStats",
+    "ReplicaMismatchError",
     "SaverStats",
     "SetupRequiredError",
     "WalkStats",

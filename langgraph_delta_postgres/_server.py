@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -67,8 +68,9 @@ class ServerTracker:
             weakref.WeakKeyDictionary()
         )
         self.current: ServerIdentity | None = None
-        #: how many times the server changed under this saver (a failover)
+        #: how many times the server changed under this saver (a failover), the last when
         self.changes = 0
+        self.changed_at = 0.0
 
     def known(self, conn: Any) -> ServerIdentity | None:
         """This connection's identity, if it was checked (None: run the statement)."""
@@ -85,6 +87,7 @@ class ServerTracker:
             changed = before is not None and not before.same_history(ident)
             if changed:
                 self.changes += 1
+                self.changed_at = time.monotonic()
         if changed:
             log.warning(
                 "langgraph-delta-postgres: the server changed (%s -> %s): a failover; the "
@@ -92,6 +95,10 @@ class ServerTracker:
                 before, ident,
             )
         return changed
+
+    def changed_within(self, seconds: float) -> bool:
+        """The server changed under this saver less than ``seconds`` ago."""
+        return self.changes > 0 and time.monotonic() - self.changed_at < seconds
 
     def reset(self) -> None:
         """Check every connection again at its next use (the expected server changed)."""

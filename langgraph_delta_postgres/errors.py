@@ -40,6 +40,12 @@ class ReplicaMismatchError(ValueError):
     standby of another timeline): its WAL positions say nothing about the primary's."""
 
 
+class LostParentError(RuntimeError):
+    """A put after a failover names a parent checkpoint the (new) server does not have:
+    the run was building on commits the promoted standby never received. Nothing was
+    written; load the thread's state again."""
+
+
 class _DeltaPruneError(RuntimeError):
     """A maintenance call would leave a DeltaChannel thread unable to rebuild its state.
 

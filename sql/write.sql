@@ -1,5 +1,20 @@
 -- write: put and put_writes, one statement each.
 
+-- name: parent_exists
+-- Before a put, only in the hour after this saver's connections reached another server
+-- (a failover, see langgraph_delta_postgres/_server.py): whether the new checkpoint's
+-- parent is on the server. A run in flight across a failover to a standby that lacked
+-- the last commits would otherwise write its next checkpoint under a parent the server
+-- never had, and the thread's state would read as empty from there on.
+-- Parameters: thread_id, checkpoint_ns, checkpoint_id (the parent's) text.
+-- Result column: found bool. Index: checkpoints_pkey, one row.
+SELECT EXISTS (
+    SELECT FROM {s}checkpoints AS c
+    WHERE c.thread_id = %(thread_id)s
+      AND c.checkpoint_ns = %(checkpoint_ns)s
+      AND c.checkpoint_id = %(checkpoint_id)s
+) AS found
+
 -- name: put_checkpoint
 -- Stores a checkpoint and the blobs of its new non-inline values in one statement.
 -- Parameters: thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id,

@@ -20,6 +20,7 @@ from psycopg.types.json import Jsonb
 
 from .._checks import check_str
 from .._compat import _DeltaSnapshot
+from ..errors import LostParentError
 from .base import _PREFETCH, Op, Stmt, _configurable, _ns, _thread_id
 
 if TYPE_CHECKING:
@@ -64,6 +65,11 @@ def plan_param(plan: Any) -> Jsonb:
     put's and put_writes' client time (``scripts/profile_agent_turn.py``); one
     ``json.dumps`` does it in C, and the statement has fewer parameters to bind."""
     return Jsonb(plan)
+
+
+#: How long after a server change (a failover) a put checks that its parent exists
+#: (one small statement; a run in flight across the failover meets it at its next put).
+PARENT_CHECK_AFTER_FAILOVER_S = 3600.0
 
 
 def _op_put(
@@ -119,6 +125,17 @@ def _op_put(
         "probe": probe,
         "delta": delta,
     }
+    if parent_id and ctx._server.changed_within(PARENT_CHECK_AFTER_FAILOVER_S):
+        rows = yield Stmt(ctx.queries["write.parent_exists"], {
+            "thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent_id})
+        if not rows[0]["found"]:
+            raise LostParentError(
+                f"put of checkpoint {checkpoint['id']!r} of thread {thread_id!r} (namespace "
+                f"{ns!r}): its parent {parent_id!r} is not on the server, which changed "
+                "under this saver (a failover to a standby that lacked the last commits). "
+                "The run was building on a state the server does not have; nothing was "
+                "written. Load the thread's state again and run from there."
+            )
     yield Stmt(
         ctx.queries["write.put_checkpoint"],
         {
