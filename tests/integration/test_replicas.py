@@ -331,6 +331,28 @@ def test_thread_deleted_on_the_primary_while_the_standby_lags(
     assert router.routing_stats().primary_reads["empty"] == 1
 
 
+def test_copy_thread_while_the_standby_lags(
+    router: RoutingSaver, reader: RoutingSaver, primary: DeltaPostgresSaver,
+    standby: Standby,
+) -> None:
+    """copy_thread to a thread the router had written before (so an old floor of its own
+    would have let a lagging standby answer it): the copy is read whole, by the router
+    and by another process, while the standby lacks it."""
+    _chain(router, "src", 4)
+    _chain(router, "dst", 2)  # the target had a history of its own, replaced below
+    router.delete_thread("dst")
+    standby.catch_up()
+    standby.pause()
+    router.copy_thread("src", "dst")
+    want = tup(primary.get_tuple(cfg("dst")))
+    assert want is not None
+    for r in (router, reader):
+        assert tup(r.get_tuple(cfg("dst"))) == want
+        assert [tup(x) for x in r.list(cfg("dst"))] == [tup(x) for x in primary.list(cfg("dst"))]
+    assert router.routing_stats().replica_reads == 0
+    assert reader.routing_stats().replica_reads == 0
+
+
 def test_standby_stopped_mid_run(
     router: RoutingSaver, reader: RoutingSaver, primary: DeltaPostgresSaver, standby: Standby,
 ) -> None:
