@@ -36,6 +36,12 @@
 -- Indexes: checkpoints_pkey (the checkpoint; and the range of newer ids of the thread and
 --   namespace, in id order, for its child: typically the very next row; the page: the
 --   range below checkpoint_id, backwards, page_limit rows, each with its child).
+--   "Has a child" is asked as "the next checkpoint of the namespace, in id order, is its
+--   child": one index row each. A child that is not the next row (a fork's sibling
+--   sorts between them) is not seen, and the read goes to the primary: conservative.
+--   Asked as "any newer checkpoint whose parent it is", Postgres chose a bitmap scan that
+--   read every newer id of the thread for each checkpoint (a guard with a page of 10 on
+--   a 40-turn thread: 0.36 ms a statement, against 0.12 without the page).
 WITH RECURSIVE waited (replayed) AS (
     SELECT pg_last_wal_replay_lsn()
     UNION ALL
@@ -57,13 +63,13 @@ SELECT
           AND c.checkpoint_ns = %(checkpoint_ns)s
           AND c.checkpoint_id = %(checkpoint_id)s::text
     ) AS present,
-    EXISTS (
-        SELECT FROM {s}checkpoints AS c
+    coalesce((
+        SELECT c.parent_checkpoint_id = %(checkpoint_id)s::text FROM {s}checkpoints AS c
         WHERE c.thread_id = %(thread_id)s
           AND c.checkpoint_ns = %(checkpoint_ns)s
           AND c.checkpoint_id > %(checkpoint_id)s::text
-          AND c.parent_checkpoint_id = %(checkpoint_id)s::text
-    ) AS sealed,
+        ORDER BY c.checkpoint_id LIMIT 1
+    ), false) AS sealed,
     NOT EXISTS (
         SELECT FROM (
             SELECT c.checkpoint_id FROM {s}checkpoints AS c
@@ -73,13 +79,13 @@ SELECT
             ORDER BY c.checkpoint_id DESC
             LIMIT coalesce(%(page_limit)s::int, 0)
         ) AS p
-        WHERE NOT EXISTS (
-            SELECT FROM {s}checkpoints AS k
+        WHERE NOT coalesce((
+            SELECT k.parent_checkpoint_id = p.checkpoint_id FROM {s}checkpoints AS k
             WHERE k.thread_id = %(thread_id)s
               AND k.checkpoint_ns = %(checkpoint_ns)s
               AND k.checkpoint_id > p.checkpoint_id
-              AND k.parent_checkpoint_id = p.checkpoint_id
-        )
+            ORDER BY k.checkpoint_id LIMIT 1
+        ), false)
     ) AS page_sealed
 
 -- name: sealed_ids
@@ -93,13 +99,13 @@ SELECT
 SELECT u.checkpoint_ns, u.checkpoint_id
 FROM unnest(%(checkpoint_ns)s::text[], %(checkpoint_ids)s::text[])
     AS u(checkpoint_ns, checkpoint_id)
-WHERE EXISTS (
-    SELECT FROM {s}checkpoints AS c
+WHERE coalesce((
+    SELECT c.parent_checkpoint_id = u.checkpoint_id FROM {s}checkpoints AS c
     WHERE c.thread_id = %(thread_id)s
       AND c.checkpoint_ns = u.checkpoint_ns
       AND c.checkpoint_id > u.checkpoint_id
-      AND c.parent_checkpoint_id = u.checkpoint_id
-)
+    ORDER BY c.checkpoint_id LIMIT 1
+), false)
 
 -- name: primary_lsn
 -- On the primary: an LSN at or past the commit record of every transaction that has
