@@ -88,6 +88,43 @@ SELECT
         ), false)
     ) AS page_sealed
 
+-- name: page_gate
+-- A predicate the routing saver's replica saver adds to a history page's own statement
+-- (list of one thread and namespace, before= and limit=, no filter, no token): the page
+-- is read only if, in that statement's snapshot, the server is a standby, the before
+-- checkpoint is there and each of the page's checkpoints has a child there (see guard,
+-- page_sealed). Uncorrelated: Postgres evaluates it once, as a one-time filter gating the
+-- whole scan, so a page that comes back is final in the very snapshot it was read from;
+-- one that comes back empty is read again on the primary (either the gate was closed or
+-- the page is empty: the end of the history). One round trip instead of the guard's two.
+-- Parameters: the list statement's thread_id, checkpoint_ns, before, limit.
+(
+    SELECT pg_is_in_recovery()
+       AND EXISTS (
+           SELECT FROM {s}checkpoints AS g
+           WHERE g.thread_id = %(thread_id)s
+             AND g.checkpoint_ns = %(checkpoint_ns)s
+             AND g.checkpoint_id = %(before)s
+       )
+       AND NOT EXISTS (
+           SELECT FROM (
+               SELECT g.checkpoint_id FROM {s}checkpoints AS g
+               WHERE g.thread_id = %(thread_id)s
+                 AND g.checkpoint_ns = %(checkpoint_ns)s
+                 AND g.checkpoint_id < %(before)s
+               ORDER BY g.checkpoint_id DESC
+               LIMIT %(limit)s
+           ) AS p
+           WHERE NOT coalesce((
+               SELECT k.parent_checkpoint_id = p.checkpoint_id FROM {s}checkpoints AS k
+               WHERE k.thread_id = %(thread_id)s
+                 AND k.checkpoint_ns = %(checkpoint_ns)s
+                 AND k.checkpoint_id > p.checkpoint_id
+               ORDER BY k.checkpoint_id LIMIT 1
+           ), false)
+       )
+)
+
 -- name: sealed_ids
 -- After a history page (list with before=) was read on a standby: which of its
 -- checkpoints have a child there (the page is kept only if all of them do: a checkpoint

@@ -224,6 +224,7 @@ def _list(
         preds.append("checkpoints.where_before")
     if limit is not None and int(limit) <= 0:
         return []
+    gate = ctx._list_gate(params, filter, limit)  # a replica's page gate (.replicas)
     # without a thread, only the keys go through the sort (see checkpoints.keys_newest)
     by_key = config is None and limit is not None
     parts: list[sql.Composable] = [q["checkpoints.select_tuples"]]
@@ -234,6 +235,8 @@ def _list(
         parts.append(q["checkpoints.keys_newest"])
     if preds:
         parts += [sql.SQL("WHERE"), q.join(*preds, sep=" AND ")]
+        if gate is not None:
+            parts += [sql.SQL("AND"), gate]
     if limit is not None:
         params["limit"] = int(limit)
         parts.append(q["checkpoints.order_newest_limit"])

@@ -103,6 +103,13 @@ class SaverCore(BaseCheckpointSaver[str]):
             **plan.params(),
         }
 
+    def _list_gate(
+        self, params: dict[str, Any], filter: dict[str, Any] | None, limit: int | None
+    ) -> sql.Composable | None:
+        """A predicate ``list`` adds to its statement (None: none). A replica saver of
+        the routing saver gates a history page with it (see .replicas._rules)."""
+        return None
+
     def _server_seen(self, conn: Any, row: Sequence[Any]) -> None:
         """A new connection's ``server.identity`` row: when it reaches another server
         than the one the cache was filled from (a failover), drop the cache."""

@@ -112,6 +112,8 @@ def route(
         for i in core._order():
             try:
                 got = yield Call(i, method, args, kwargs, need)
+                if need.gate and not got:  # the gate was closed, or the page is empty
+                    raise Unsafe("unsealed_page")
                 if sealed_of is not None and got:
                     params = core._sealed_params(sealed_of, got)
                     if len((yield Query(i, "replicas.sealed_ids", params))) != len(got):
@@ -260,9 +262,11 @@ def op_list(
         if conf.get("checkpoint_ns") is None:
             need = "not_routable"
         elif limit is not None and 0 < limit <= MAX_GUARDED_PAGE and not filter:
-            # the guard checks the page's checkpoints before it is read (2 round trips)
-            need = Need(core._token(config), t, str(conf["checkpoint_ns"]), before_id,
-                        True, False, limit)
+            # the page's own statement is gated (replicas.page_gate: one round trip), or,
+            # with a floor to wait for, the guard checks the page before it is read (two)
+            token = core._token(config)
+            need = Need(token, t, str(conf["checkpoint_ns"]), before_id, True, False, limit,
+                        gate=token is None)
         else:  # a filter, or a long page: its checkpoints are checked after it
             need = Need(core._token(config), t, str(conf["checkpoint_ns"]), before_id,
                         True, False)

@@ -108,6 +108,9 @@ class Need:
     sealed: bool
     #: a history page of this many checkpoints below checkpoint_id must be final
     page: int | None = None
+    #: no guard statement: the page's own statement carries the checks
+    #: (``replicas.page_gate``, see :meth:`ReplicaSaver._list_gate`)
+    gate: bool = False
 
     def params(self, max_wait: float) -> dict[str, Any]:
         return {"thread_id": self.thread_id, "checkpoint_ns": self.checkpoint_ns,
@@ -186,6 +189,32 @@ class ReplicaTimeout(Exception):  # noqa: N818  # a routing decision, as Unsafe
     ended the connection (a silent network partition, a hung server)."""
 
 
+def _page_gate(saver: Any, params: dict[str, Any], filter: dict[str, Any] | None,
+               limit: int | None) -> Any:
+    """The replica savers' ``_list_gate``: the page gate when this context's need asks
+    for it, for exactly the page it was made for; any other list under such a need is
+    refused (it would run unchecked)."""
+    need = _NEED.get()
+    if need is None or not need.gate:
+        return None
+    if (filter or limit != need.page or params.get("thread_id") != need.thread_id
+            or params.get("checkpoint_ns") != need.checkpoint_ns
+            or params.get("before") != need.checkpoint_id):
+        raise Unsafe("error", "a gated need for another list")
+    return saver.queries["replicas.page_gate"]
+
+
+def _resume(first: Any, op: Any) -> Any:
+    """``op`` again, its first statement already taken (see ReplicaSaver._run)."""
+    rows = yield first
+    while True:
+        try:
+            stmt = op.send(rows)
+        except StopIteration as stop:
+            return stop.value
+        rows = yield stmt
+
+
 class ReplicaSaver(DeltaPostgresSaver):
     """A DeltaPostgresSaver on a replica's pool: each connection is checked at its first
     use (a hot standby of the primary, on its timeline) and bounded (statement and lock
@@ -193,6 +222,19 @@ class ReplicaSaver(DeltaPostgresSaver):
     first when a read in this context needs one (see :class:`Need`)."""
 
     bounds: ReplicaBounds
+
+    def _run(self, op: Any, *, atomic: bool = False) -> Any:
+        # an answer made without a statement (the prefetch of a page's histories, the
+        # cache) needs no connection, and no guard
+        try:
+            first = next(op)
+        except StopIteration as stop:
+            return stop.value
+        return super()._run(_resume(first, op), atomic=atomic)
+
+    def _list_gate(self, params: dict[str, Any], filter: dict[str, Any] | None,
+                   limit: int | None) -> Any:
+        return _page_gate(self, params, filter, limit)
 
     def _check_server(self, conn: psycopg.Connection[Any]) -> None:
         with deadline(conn, self.bounds.deadline) as d, _timed_out(d):
@@ -208,7 +250,7 @@ class ReplicaSaver(DeltaPostgresSaver):
             self.bounds.verify(self._server.known(conn))
             need = _NEED.get()
             with deadline(conn, self.bounds.deadline) as d, _timed_out(d):
-                if need is None:
+                if need is None or need.gate:
                     yield conn
                     return
                 # the guard, then the read: two round trips. (Sent in one pipeline they
@@ -228,6 +270,17 @@ class AsyncReplicaSaver(AsyncDeltaPostgresSaver):
 
     bounds: ReplicaBounds
 
+    async def _run(self, op: Any, *, atomic: bool = False) -> Any:
+        try:  # see ReplicaSaver._run
+            first = next(op)
+        except StopIteration as stop:
+            return stop.value
+        return await super()._run(_resume(first, op), atomic=atomic)
+
+    def _list_gate(self, params: dict[str, Any], filter: dict[str, Any] | None,
+                   limit: int | None) -> Any:
+        return _page_gate(self, params, filter, limit)
+
     async def _check_server(self, conn: psycopg.AsyncConnection[Any]) -> None:
         with deadline(conn, self.bounds.deadline) as d, _timed_out(d):
             await super()._check_server(conn)
@@ -242,7 +295,7 @@ class AsyncReplicaSaver(AsyncDeltaPostgresSaver):
             self.bounds.verify(self._server.known(conn))
             need = _NEED.get()
             with deadline(conn, self.bounds.deadline) as d, _timed_out(d):
-                if need is None:
+                if need is None or need.gate:
                     yield conn
                     return
                 # see ReplicaSaver._connection: the guard, then the read
