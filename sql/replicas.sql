@@ -16,7 +16,7 @@
 -- name: guard
 -- Run on a standby before a routed read, on the connection that then runs it.
 -- Parameters: thread_id, checkpoint_ns text; checkpoint_id text (NULL: no checkpoint to
---   look for; present and sealed are then false); page_limit int (NULL: 0); floor text
+--   look for; present and sealed are then false); floor text
 --   (an LSN, or NULL) and max_wait_ms int: a standby behind the floor is waited for, up
 --   to max_wait_ms, polling its replay position every millisecond (a read of the latest
 --   checkpoint has the primary's insert position as its floor, which any write to any
@@ -29,19 +29,13 @@
 --   there. A child's id sorts above its parent's (uuid6 from the writing host's clock);
 --   a child written by a host whose clock is behind (contract 5a) is not found, so its
 --   parent counts as not sealed and the read goes to the primary: conservative.
---   page_sealed bool: each of the page_limit newest checkpoints below checkpoint_id has
---   a child there: a history page (list with before= and limit=, no filter) read next
---   holds exactly these, final (ids appear in commit order, see docs/replicas.md), so
---   the page needs no check after it (sealed_ids): 2 round trips instead of 3.
 -- Indexes: checkpoints_pkey (the checkpoint; and the range of newer ids of the thread and
---   namespace, in id order, for its child: typically the very next row; the page: the
---   range below checkpoint_id, backwards, page_limit rows, each with its child).
---   "Has a child" is asked as "the next checkpoint of the namespace, in id order, is its
+--   namespace, in id order, for its child: the very next row). "Has a child" is asked as "the next checkpoint of the namespace, in id order, is its
 --   child": one index row each. A child that is not the next row (a fork's sibling
 --   sorts between them) is not seen, and the read goes to the primary: conservative.
 --   Asked as "any newer checkpoint whose parent it is", Postgres chose a bitmap scan that
---   read every newer id of the thread for each checkpoint (a guard with a page of 10 on
---   a 40-turn thread: 0.36 ms a statement, against 0.12 without the page).
+--   read every newer id of the thread for each checkpoint (with a page of 10 on a
+--   40-turn thread, as page_gate asks it: 0.36 ms a statement, against 0.12 without).
 WITH RECURSIVE waited (replayed) AS (
     SELECT pg_last_wal_replay_lsn()
     UNION ALL
@@ -69,34 +63,17 @@ SELECT
           AND c.checkpoint_ns = %(checkpoint_ns)s
           AND c.checkpoint_id > %(checkpoint_id)s::text
         ORDER BY c.checkpoint_id LIMIT 1
-    ), false) AS sealed,
-    NOT EXISTS (
-        SELECT FROM (
-            SELECT c.checkpoint_id FROM {s}checkpoints AS c
-            WHERE c.thread_id = %(thread_id)s
-              AND c.checkpoint_ns = %(checkpoint_ns)s
-              AND c.checkpoint_id < %(checkpoint_id)s::text
-            ORDER BY c.checkpoint_id DESC
-            LIMIT coalesce(%(page_limit)s::int, 0)
-        ) AS p
-        WHERE NOT coalesce((
-            SELECT k.parent_checkpoint_id = p.checkpoint_id FROM {s}checkpoints AS k
-            WHERE k.thread_id = %(thread_id)s
-              AND k.checkpoint_ns = %(checkpoint_ns)s
-              AND k.checkpoint_id > p.checkpoint_id
-            ORDER BY k.checkpoint_id LIMIT 1
-        ), false)
-    ) AS page_sealed
+    ), false) AS sealed
 
 -- name: page_gate
 -- A predicate the routing saver's replica saver adds to a history page's own statement
--- (list of one thread and namespace, before= and limit=, no filter, no token): the page
+-- (list of one thread and namespace, before= and limit=, no filter): the page
 -- is read only if, in that statement's snapshot, the server is a standby, the before
--- checkpoint is there and each of the page's checkpoints has a child there (see guard,
--- page_sealed). Uncorrelated: Postgres evaluates it once, as a one-time filter gating the
+-- checkpoint is there and each of the page's checkpoints has a child there ("has a
+-- child" as in guard). With a token, the guard runs before it too, for the floor. Uncorrelated: Postgres evaluates it once, as a one-time filter gating the
 -- whole scan, so a page that comes back is final in the very snapshot it was read from;
 -- one that comes back empty is read again on the primary (either the gate was closed or
--- the page is empty: the end of the history). One round trip instead of the guard's two.
+-- the page is empty: the end of the history). Without a token, one round trip.
 -- Parameters: the list statement's thread_id, checkpoint_ns, before, limit.
 (
     SELECT pg_is_in_recovery()

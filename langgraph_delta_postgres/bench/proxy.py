@@ -29,6 +29,15 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 Upstream = str | tuple[str, int]
 
 
+def via_loopback(dsn: str, port: int) -> str:
+    """``dsn`` (its dbname, user, options) pointed at ``127.0.0.1:port`` (a proxy)."""
+    params: dict[str, Any] = dict(conninfo_to_dict(dsn))
+    params.pop("hostaddr", None)
+    params["host"] = "127.0.0.1"
+    params["port"] = str(port)
+    return make_conninfo(**params)
+
+
 def upstream_of(dsn: str) -> Upstream:
     """Where ``dsn`` points: a unix socket path or a ``(host, port)``."""
     params = conninfo_to_dict(dsn)
@@ -77,11 +86,7 @@ class LatencyProxy:
 
     def dsn(self, dsn: str) -> str:
         """``dsn`` rewritten to go through this proxy."""
-        params: dict[str, Any] = dict(conninfo_to_dict(dsn))
-        params.pop("hostaddr", None)
-        params["host"] = "127.0.0.1"
-        params["port"] = str(self.port)
-        return make_conninfo(**params)
+        return via_loopback(dsn, self.port)
 
     def counts(self) -> Counts:
         with self._lock:

@@ -262,11 +262,10 @@ def op_list(
         if conf.get("checkpoint_ns") is None:
             need = "not_routable"
         elif limit is not None and 0 < limit <= MAX_GUARDED_PAGE and not filter:
-            # the page's own statement is gated (replicas.page_gate: one round trip), or,
-            # with a floor to wait for, the guard checks the page before it is read (two)
-            token = core._token(config)
-            need = Need(token, t, str(conf["checkpoint_ns"]), before_id, True, False, limit,
-                        gate=token is None)
+            # the page's own statement is gated (replicas.page_gate: one round trip); with
+            # a floor (a token), the guard waits for it first
+            need = Need(core._token(config), t, str(conf["checkpoint_ns"]), before_id,
+                        True, False, limit, gate=True)
         else:  # a filter, or a long page: its checkpoints are checked after it
             need = Need(core._token(config), t, str(conf["checkpoint_ns"]), before_id,
                         True, False)

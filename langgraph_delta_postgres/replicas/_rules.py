@@ -106,20 +106,20 @@ class Need:
     checkpoint_id: str | None
     present: bool
     sealed: bool
-    #: a history page of this many checkpoints below checkpoint_id must be final
+    #: a history page of this many checkpoints below checkpoint_id, gated in its own
+    #: statement (``replicas.page_gate``, see :meth:`ReplicaSaver._list_gate`): the guard
+    #: runs only for a floor
     page: int | None = None
-    #: no guard statement: the page's own statement carries the checks
-    #: (``replicas.page_gate``, see :meth:`ReplicaSaver._list_gate`)
     gate: bool = False
 
     def params(self, max_wait: float) -> dict[str, Any]:
         return {"thread_id": self.thread_id, "checkpoint_ns": self.checkpoint_ns,
-                "checkpoint_id": self.checkpoint_id, "page_limit": self.page,
+                "checkpoint_id": self.checkpoint_id,
                 "floor": None if self.floor is None else int_to_lsn(self.floor),
                 "max_wait_ms": int(max_wait * 1000)}
 
     def check(self, row: tuple[Any, ...]) -> None:
-        standby, replay, present, sealed, page_sealed = row
+        standby, replay, present, sealed = row
         if not standby or replay is None:
             raise Unsafe("not_standby", "it is not in recovery (promoted?)")
         if self.floor is not None and lsn_to_int(replay) < self.floor:
@@ -128,8 +128,6 @@ class Need:
             raise Unsafe("absent")
         if self.sealed and not sealed:
             raise Unsafe("head")
-        if self.page and not page_sealed:
-            raise Unsafe("unsealed_page")
 
 
 #: The requirement of the read running in this context on a replica saver: checked on
@@ -250,7 +248,7 @@ class ReplicaSaver(DeltaPostgresSaver):
             self.bounds.verify(self._server.known(conn))
             need = _NEED.get()
             with deadline(conn, self.bounds.deadline) as d, _timed_out(d):
-                if need is None or need.gate:
+                if need is None or (need.gate and need.floor is None):
                     yield conn
                     return
                 # the guard, then the read: two round trips. (Sent in one pipeline they
@@ -295,7 +293,7 @@ class AsyncReplicaSaver(AsyncDeltaPostgresSaver):
             self.bounds.verify(self._server.known(conn))
             need = _NEED.get()
             with deadline(conn, self.bounds.deadline) as d, _timed_out(d):
-                if need is None or need.gate:
+                if need is None or (need.gate and need.floor is None):
                     yield conn
                     return
                 # see ReplicaSaver._connection: the guard, then the read

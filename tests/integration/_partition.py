@@ -19,9 +19,7 @@ import socket
 import threading
 from typing import Any
 
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-from langgraph_delta_postgres.bench.proxy import Upstream
+from langgraph_delta_postgres.bench.proxy import Upstream, via_loopback
 
 
 class PartitionProxy:
@@ -45,11 +43,7 @@ class PartitionProxy:
 
     def dsn(self, dsn: str) -> str:
         """``dsn`` (its dbname, user, options) going through this proxy."""
-        params: dict[str, Any] = dict(conninfo_to_dict(dsn))
-        params.pop("hostaddr", None)
-        params["host"] = "127.0.0.1"
-        params["port"] = str(self.port)
-        return make_conninfo(**params)
+        return via_loopback(dsn, self.port)
 
     def silence(self) -> None:
         """From now on forward nothing (the sockets stay open)."""

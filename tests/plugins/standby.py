@@ -15,21 +15,17 @@ the test; after it, replay is resumed and the standby restarted if the test stop
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from langgraph_delta_postgres.cli._standby import Standby, StandbyUnavailable, standby_of, why_not
-from tests.plugins.postgres import PgServer
+from tests.plugins.postgres import PgServer, skip_or_fail
 
 
 def _unavailable(why: str) -> None:
-    msg = f"no hot standby of the test Postgres: {why}"
-    if os.environ.get("CI"):
-        pytest.fail(msg + " (CI is set: the replica tests may not be skipped)")
-    pytest.skip(msg)
+    skip_or_fail(f"no hot standby of the test Postgres: {why}", "the replica tests")
 
 
 @pytest.fixture(scope="session")

@@ -33,15 +33,12 @@ def test_bad_tokens_are_refused(bad: str) -> None:
 @pytest.mark.parametrize(
     ("need", "row", "reason"),
     [
-        (Need(None, "t", "", "c", True, False), (False, None, True, True, True), "not_standby"),
-        (Need(100, "t", "", None, False, False), (True, "0/63", False, False, True), "behind"),
-        (Need(None, "t", "", "c", True, False), (True, "0/1", False, False, True), "absent"),
-        (Need(None, "t", "", "c", True, True), (True, "0/1", True, False, True), "head"),
-        (Need(None, "t", "", "c", True, False, 10), (True, "0/1", True, False, False),
-         "unsealed_page"),
-        (Need(100, "t", "", "c", True, True), (True, "0/64", True, True, True), None),
-        (Need(None, "t", "", "c", True, False), (True, "0/1", True, False, False), None),
-        (Need(None, "t", "", "c", True, False, 10), (True, "0/1", True, False, True), None),
+        (Need(None, "t", "", "c", True, False), (False, None, True, True), "not_standby"),
+        (Need(100, "t", "", None, False, False), (True, "0/63", False, False), "behind"),
+        (Need(None, "t", "", "c", True, False), (True, "0/1", False, False), "absent"),
+        (Need(None, "t", "", "c", True, True), (True, "0/1", True, False), "head"),
+        (Need(100, "t", "", "c", True, True), (True, "0/64", True, True), None),
+        (Need(None, "t", "", "c", True, False), (True, "0/1", True, False), None),
     ],
 )
 def test_guard_decisions(need: Need, row: tuple[object, ...], reason: str | None) -> None:
@@ -56,7 +53,7 @@ def test_guard_decisions(need: Need, row: tuple[object, ...], reason: str | None
 def test_guard_params_carry_the_floor_and_the_wait() -> None:
     p = Need(lsn_to_int("16/B374D848"), "t", "ns", "c", True, False, 10).params(0.05)
     assert p == {"thread_id": "t", "checkpoint_ns": "ns", "checkpoint_id": "c",
-                 "page_limit": 10, "floor": "16/B374D848", "max_wait_ms": 50}
+                 "floor": "16/B374D848", "max_wait_ms": 50}
     assert Need(None, "t", "", None, False, False).params(0)["floor"] is None
 
 
