@@ -11,9 +11,10 @@ once with an ``OperationalError``, and the pool discards the connection. ``expir
 says whether it was the deadline that ended it.
 
 One daemon thread serves every deadline of the process (a heap of expiry times); arming
-and disarming take one lock, no thread per call. Disarming happens before the connection
-goes back to its pool, under that lock, so a deadline never fires on a connection lent
-to another call.
+and disarming take one lock, no thread per call. The watchdog holds a duplicate of the
+socket's descriptor from arming to disarming, so it never shuts down another socket that
+reused the number; disarming happens before the connection goes back to its pool, under
+that lock, so a deadline never fires on a connection lent to another call.
 """
 
 from __future__ import annotations
@@ -46,7 +47,10 @@ class _Watchdog:
         self._thread: threading.Thread | None = None
 
     def arm(self, fd: int, seconds: float) -> _Armed:
-        armed = _Armed(fd)
+        # a duplicate of the descriptor: if libpq closes its own (a lost connection)
+        # before the deadline is disarmed, the number may be reused by another socket;
+        # the duplicate still names this connection's socket
+        armed = _Armed(os.dup(fd))
         with self._cv:
             heapq.heappush(self._heap, (time.monotonic() + seconds, next(self._ids), armed))
             if self._thread is None or not self._thread.is_alive():
@@ -61,6 +65,7 @@ class _Watchdog:
     def disarm(self, armed: _Armed) -> None:
         with self._cv:
             armed.live = False  # left in the heap; skipped when it comes up
+            os.close(armed.fd)  # under the lock: the watchdog never uses a closed one
 
     def _run(self) -> None:
         with self._cv:
@@ -87,11 +92,11 @@ class _Watchdog:
 def _shut_down(fd: int) -> None:
     """End the connection on ``fd`` for both directions without closing ``fd``."""
     with contextlib.suppress(OSError):
-        sock = socket.socket(fileno=os.dup(fd))  # closes the duplicate, not ``fd``
+        sock = socket.socket(fileno=fd)
         try:
             sock.shutdown(socket.SHUT_RDWR)
         finally:
-            sock.close()
+            sock.detach()  # ``fd`` stays open: disarm closes it
 
 
 _WATCHDOG = _Watchdog()

@@ -78,6 +78,9 @@ class AsyncRoutingSaver(_RoutingCore):
         pool_size: int = 4,
         prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
     ) -> None:
+        #: open() was called (it opens the pools this saver made; the first call does
+        #: it otherwise)
+        self._opened = False
         self._init_savers(primary, replicas, retry_after=retry_after,
                           replica_timeout=replica_timeout,
                           replica_query_timeout=replica_query_timeout,
@@ -89,6 +92,7 @@ class AsyncRoutingSaver(_RoutingCore):
         """Open the pools this saver made for replica DSNs and check every replica
         against the primary (``ReplicaMismatchError``; from_conn_string does this).
         Without it, the check runs before the first routed read."""
+        self._opened = True
         for p in self._own_pools:
             await p.open()
         await self._drive(op_verify(self))
@@ -138,6 +142,8 @@ class AsyncRoutingSaver(_RoutingCore):
 
     async def _drive(self, op: Route[R]) -> R:
         """Run a routing operation of :mod:`._ops`: each step on its saver, awaited."""
+        if not self._opened:  # made without from_conn_string and never opened
+            await self.open()
         run = Run(op)
         while (step := run.next()) is not None:
             with run.call(step):

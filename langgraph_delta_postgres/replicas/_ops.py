@@ -109,6 +109,7 @@ def route(
     if isinstance(need, Need) and core._bounds.expected is None:
         yield from op_verify(core)  # an async saver whose open() was not called
     if isinstance(need, Need):
+        core._primary_moved()
         for i in core._order():
             try:
                 got = yield Call(i, method, args, kwargs, need)
@@ -158,7 +159,9 @@ def latest_need(core: _RoutingCore, thread_id: str, ns: str,
     lsn, head = yield from fetch_head(core, thread_id, ns)
     if head is None:
         return "empty"
-    return Need(max(lsn, token or 0), thread_id, ns, head, True, False)
+    # the floor covers the head's commit: no presence check (in the guard's snapshot,
+    # taken before its wait, a head that arrives during the wait would read as absent)
+    return Need(max(lsn, token or 0), thread_id, ns, head, False, False)
 
 
 def op_verify(core: _RoutingCore) -> Route[None]:
@@ -171,6 +174,9 @@ def op_verify(core: _RoutingCore) -> Route[None]:
         try:
             yield Query(i, "server.identity")
         except Unsafe as e:
+            if e.reason == "timeline":  # maybe a late report: left alone, checked again
+                core._failed(i, e)
+                continue
             raise core._mismatch(i, e) from None
         except Exception as e:  # unreachable now: left alone, checked at first use
             core._failed(i, e)

@@ -177,9 +177,15 @@ class ReplicaBounds:
             raise Unsafe("mismatch", f"its system identifier is {ident.system_identifier}, "
                                      f"the primary's is {exp.system_identifier}: another "
                                      "cluster")
-        if ident.timeline != exp.timeline:
-            raise Unsafe("mismatch", f"it is on timeline {ident.timeline}, the primary on "
-                                     f"timeline {exp.timeline}")
+        if ident.timeline > exp.timeline:
+            raise Unsafe("mismatch", f"it is on timeline {ident.timeline}, ahead of the "
+                                     f"primary's {exp.timeline}: it follows another primary")
+        if ident.timeline < exp.timeline:
+            # a standby that followed a promotion may report its old timeline until its
+            # next restartpoint (a role without pg_read_all_stats sees no WAL receiver):
+            # not used meanwhile, checked again later; not an error at construction
+            raise Unsafe("timeline", f"it reports timeline {ident.timeline}, behind the "
+                                     f"primary's {exp.timeline}")
 
 
 class ReplicaTimeout(Exception):  # noqa: N818  # a routing decision, as Unsafe
@@ -239,6 +245,11 @@ class ReplicaSaver(DeltaPostgresSaver):
             super()._check_server(conn)
 
     def _new_connection(self, conn: psycopg.Connection[Any]) -> None:
+        # autocommit: every statement its own snapshot (a guard and the read after it in
+        # one transaction would share the guard's snapshot, taken before its wait, under
+        # repeatable read), and the session's bounds are not rolled back with it
+        if not conn.autocommit:
+            conn.autocommit = True
         with conn.cursor(row_factory=tuple_row) as cur:
             cur.execute(self.queries["replicas.bound_session"], self.bounds.session)
 
@@ -248,19 +259,20 @@ class ReplicaSaver(DeltaPostgresSaver):
             self.bounds.verify(self._server.known(conn))
             need = _NEED.get()
             with deadline(conn, self.bounds.deadline) as d, _timed_out(d):
-                if need is None or (need.gate and need.floor is None):
-                    yield conn
-                    return
-                # the guard, then the read: two round trips. (Sent in one pipeline they
-                # still cost two: psycopg ends a pipeline with a Sync it waits for. A
-                # scratch A/B of the bench's routed page read, 400 pairs on loopback:
-                # 1.27x a direct standby read pipelined, 1.30x not: not worth the code.)
-                with conn.cursor(row_factory=tuple_row) as cur:
-                    cur.execute(self.queries["replicas.guard"], need.params(self.bounds.max_wait))
-                    row = cur.fetchone()
-                assert row is not None
-                need.check(row)
+                if need is not None and not (need.gate and need.floor is None):
+                    # the guard, then the read: two round trips. (Sent in one pipeline
+                    # they still cost two: psycopg ends a pipeline with a Sync it waits
+                    # for. A scratch A/B of the bench's routed page read, 400 pairs on
+                    # loopback: 1.27x a direct standby read pipelined, 1.30x not.)
+                    with conn.cursor(row_factory=tuple_row) as cur:
+                        cur.execute(self.queries["replicas.guard"],
+                                    need.params(self.bounds.max_wait))
+                        row = cur.fetchone()
+                    assert row is not None
+                    need.check(row)
                 yield conn
+            if d.expired:  # ended after its last statement (decoding ran long): not lent
+                conn.close()
 
 
 class AsyncReplicaSaver(AsyncDeltaPostgresSaver):
@@ -284,6 +296,8 @@ class AsyncReplicaSaver(AsyncDeltaPostgresSaver):
             await super()._check_server(conn)
 
     async def _new_connection(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        if not conn.autocommit:  # see ReplicaSaver._new_connection
+            await conn.set_autocommit(True)
         async with conn.cursor(row_factory=tuple_row) as cur:
             await cur.execute(self.queries["replicas.bound_session"], self.bounds.session)
 
@@ -293,17 +307,17 @@ class AsyncReplicaSaver(AsyncDeltaPostgresSaver):
             self.bounds.verify(self._server.known(conn))
             need = _NEED.get()
             with deadline(conn, self.bounds.deadline) as d, _timed_out(d):
-                if need is None or (need.gate and need.floor is None):
-                    yield conn
-                    return
-                # see ReplicaSaver._connection: the guard, then the read
-                async with conn.cursor(row_factory=tuple_row) as cur:
-                    await cur.execute(self.queries["replicas.guard"],
-                                      need.params(self.bounds.max_wait))
-                    row = await cur.fetchone()
-                assert row is not None
-                need.check(row)
+                if need is not None and not (need.gate and need.floor is None):
+                    # see ReplicaSaver._connection: the guard, then the read
+                    async with conn.cursor(row_factory=tuple_row) as cur:
+                        await cur.execute(self.queries["replicas.guard"],
+                                          need.params(self.bounds.max_wait))
+                        row = await cur.fetchone()
+                    assert row is not None
+                    need.check(row)
                 yield conn
+            if d.expired:  # see ReplicaSaver._connection
+                await conn.close()
 
 
 @contextlib.contextmanager
@@ -346,7 +360,7 @@ _CONFLICT_STATES = {"40001", "40P01", "55P03"}  # serialization, deadlock, lock 
 def _failure_reason(e: BaseException, retry_after: float) -> tuple[str, float]:
     """Why a replica read failed, and how long the replica is left alone (0: not)."""
     if isinstance(e, Unsafe):
-        if e.reason in ("not_standby", "mismatch"):
+        if e.reason in ("not_standby", "mismatch", "timeline"):
             return e.reason, max(retry_after, MISMATCH_RETRY_S)
         return e.reason, 0.0
     if isinstance(e, ReplicaTimeout):
@@ -470,16 +484,28 @@ class _RoutingCore(BaseCheckpointSaver[str]):
 
     def _primary_timeline(self, timeline: int) -> None:
         """The primary's timeline, as a read's floor statement reported it: a change is
-        a promotion (a failover). Every replica connection is checked again before its
-        next read, and what the replica savers' caches hold is dropped."""
+        a promotion (a failover), see :meth:`_primary_changed`."""
         exp = self._bounds.expected
-        if exp is None or exp.timeline == int(timeline):
-            return
+        if exp is not None and exp.timeline != int(timeline):
+            self._primary_changed(ServerIdentity(exp.system_identifier, False, int(timeline)))
+
+    def _primary_moved(self) -> None:
+        """Before a routed read: the primary saver's connections reached another server
+        (it checks each new one) since the replicas were last checked against it."""
+        cur, exp = self.primary._server.current, self._bounds.expected
+        if cur is not None and exp is not None and not cur.in_recovery \
+                and not cur.same_history(exp):
+            self._primary_changed(cur)
+
+    def _primary_changed(self, ident: ServerIdentity) -> None:
+        """The primary is now ``ident`` (a failover). Every replica connection is checked
+        again before its next read, and what the replica savers' caches hold is
+        dropped."""
         with self._lock:
             exp = self._bounds.expected
-            if exp is None or exp.timeline == int(timeline):
+            if exp is None or exp.same_history(ident):
                 return
-            self._bounds.expected = ServerIdentity(exp.system_identifier, False, int(timeline))
+            self._bounds.expected = ident
             self._counts["failovers"] += 1
         for r in self.replicas:
             r._server.reset()
@@ -540,7 +566,7 @@ class _RoutingCore(BaseCheckpointSaver[str]):
         reason, bench = _failure_reason(e, self.retry_after)
         if bench:
             self._down_until[i] = time.monotonic() + bench
-            if reason in ("mismatch", "not_standby", "timeout"):
+            if reason in ("mismatch", "not_standby", "timeline", "timeout"):
                 log.warning("langgraph-delta-postgres: replica %s left alone for %.0f s: %s",
                             self._replica_names[i], bench, e)
         self._counts[f"miss_{reason}"] += 1

@@ -305,6 +305,37 @@ def test_a_write_racing_a_read_on_one_saver_never_lowers_its_floor(
     assert not stale, f"{len(stale)} of {len(seen)} latest reads older than the read's start"
 
 
+def test_a_user_pool_in_repeatable_read_never_reads_the_guards_snapshot(
+    primary: DeltaPostgresSaver, standby: Standby, replica_dsn: str,
+) -> None:
+    """A replica pool the caller made (psycopg's default: not autocommit) on a session
+    whose default isolation is REPEATABLE READ: the guard must not open a transaction
+    whose snapshot, taken before its wait, then serves the read. Replay resumes while
+    the guard waits; every routed latest read has the write made before it began.
+    (On the first version of this design, 5 of 5 reads missed it: a reviewer's find.)"""
+    from psycopg_pool import ConnectionPool
+
+    head = _chain(primary, "rr", 1, writes=False)[-1]
+    standby.catch_up()
+    with ConnectionPool(replica_dsn, min_size=1, max_size=2, open=True, kwargs={
+        "options": "-c default_transaction_isolation=repeatable\\ read"}) as pool:
+        r = RoutingSaver(primary, [pool], replica_wait=0.5)
+        try:
+            assert r.get_tuple(cfg("rr")) is not None
+            for trial in range(4):
+                standby.pause()
+                primary.put_writes(head, [("log", f"w{trial}")], f"task-{trial}")
+                threading.Timer(0.05, standby.resume).start()
+                got = r.get_tuple(cfg("rr"))
+                want = primary.get_tuple(cfg("rr"))
+                assert got is not None and want is not None
+                assert len(got.pending_writes) == len(want.pending_writes) == trial + 1
+                standby.catch_up()
+            assert r.routing_stats().replica_reads >= 1
+        finally:
+            r.close()
+
+
 def test_thread_deleted_on_the_primary_while_the_standby_lags(
     router: RoutingSaver, reader: RoutingSaver, primary: DeltaPostgresSaver,
     standby: Standby,

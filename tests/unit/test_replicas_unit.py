@@ -66,8 +66,11 @@ def test_replica_bounds_refuse_another_cluster_or_timeline() -> None:
     assert e.value.reason == "not_standby"
     b.expected = ServerIdentity("1", False, 2)
     b.verify(ServerIdentity("1", True, 2))
-    for other, says in ((ServerIdentity("9", True, 2), "system identifier"),
-                        (ServerIdentity("1", True, 1), "timeline")):
+    for other, reason, says in (
+        (ServerIdentity("9", True, 2), "mismatch", "system identifier"),
+        (ServerIdentity("1", True, 3), "mismatch", "ahead"),  # follows another primary
+        (ServerIdentity("1", True, 1), "timeline", "behind"),  # maybe a late report
+    ):
         with pytest.raises(Unsafe) as e:
             b.verify(other)
-        assert e.value.reason == "mismatch" and says in e.value.detail
+        assert e.value.reason == reason and says in e.value.detail
