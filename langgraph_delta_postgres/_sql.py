@@ -69,6 +69,10 @@ def sql_files() -> list[str]:
 MAX_IDENTIFIER_BYTES = 63
 
 
+#: Postgres's own schemas (``pg_*`` are reserved by the server too): no tables of ours.
+SYSTEM_SCHEMAS = frozenset({"information_schema", "pg_catalog", "pg_toast"})
+
+
 def check_schema(schema: str | None) -> str | None:
     """``schema`` if it is a usable schema name (or None), else :class:`ValueError`.
 
@@ -81,6 +85,11 @@ def check_schema(schema: str | None) -> str | None:
         raise ValueError("schema must be a non-empty string or None")
     if "\x00" in schema:
         raise ValueError(f"schema name {schema!r} contains a NUL character")
+    if schema.lower() in SYSTEM_SCHEMAS or schema.lower().startswith("pg_"):
+        raise ValueError(
+            f"schema {schema!r} is a Postgres system schema: the checkpoint tables must "
+            "live in a schema of their own (or in the search_path's, with schema=None)"
+        )
     size = len(schema.encode("utf-8"))
     if size > MAX_IDENTIFIER_BYTES:
         raise ValueError(

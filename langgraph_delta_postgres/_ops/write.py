@@ -18,7 +18,7 @@ from langgraph.checkpoint.base import (
 )
 from psycopg.types.json import Jsonb
 
-from .._checks import check_str
+from .._checks import check_mapping, check_str
 from .._compat import _DeltaSnapshot
 from ..errors import LostParentError
 from .base import _PREFETCH, Op, Stmt, _configurable, _ns, _thread_id
@@ -72,6 +72,21 @@ def plan_param(plan: Any) -> Jsonb:
 PARENT_CHECK_AFTER_FAILOVER_S = 3600.0
 
 
+def _check_put_args(checkpoint: Any, metadata: Any, new_versions: Any) -> None:
+    """put's checkpoint, metadata and new_versions, checked before anything runs: a
+    clear TypeError/ValueError instead of an AttributeError or KeyError halfway."""
+    check_mapping("checkpoint", checkpoint, none_ok=False)
+    for key in ("id", "channel_values", "channel_versions"):
+        if key not in checkpoint:
+            raise ValueError(f"checkpoint has no {key!r}: not a LangGraph Checkpoint")
+    check_mapping("checkpoint['channel_values']", checkpoint["channel_values"], none_ok=False)
+    check_mapping("checkpoint['channel_versions']", checkpoint["channel_versions"],
+                  none_ok=False)
+    check_str("checkpoint['id']", checkpoint["id"])
+    check_mapping("metadata", metadata, none_ok=False)
+    check_mapping("new_versions", new_versions, none_ok=False)
+
+
 def _op_put(
     ctx: SaverCore,
     config: RunnableConfig,
@@ -82,6 +97,7 @@ def _op_put(
     thread_id = _thread_id(config)
     ns = _ns(config)
     parent_id = get_checkpoint_id(config)
+    _check_put_args(checkpoint, metadata, new_versions)
     stored = dict(checkpoint)
     inline: dict[str, Any] = {}
     blob_values: dict[str, Any] = {}
@@ -241,5 +257,4 @@ def namespace_key(config: RunnableConfig) -> tuple[str, str]:
     decides as before whatever the order (other savers, other processes); this only
     spares the needless bumps and waits (see the ``load`` section of
     ``langgraph-delta-pg bench``)."""
-    conf = config.get("configurable") or {}
-    return (str(conf.get("thread_id")), str(conf.get("checkpoint_ns") or ""))
+    return (_thread_id(config), _ns(config))  # a config without a thread: ValueError

@@ -40,6 +40,20 @@ REFUSED: list[tuple[str, tuple[Any, ...], dict[str, Any], type[Exception], str]]
     ("copy_thread", ("t", 2.5), {}, TypeError, "target_thread_id must be a str"),
     ("delete_thread", (None,), {}, TypeError, "thread_id must be a str"),
     ("delete_thread", (["t"],), {}, TypeError, "thread_id must be a str"),
+    # put with what is not a config / checkpoint / metadata (issue 38: AttributeError)
+    ("put", (None, {"id": "x"}, {}, {}), {}, ValueError, "thread_id"),
+    ("put", ({"configurable": {}}, {"id": "x"}, {}, {}), {}, ValueError, "thread_id"),
+    ("put", (cfg("t"), None, {}, {}), {}, TypeError, "checkpoint must be a dict"),
+    ("put", (cfg("t"), {"id": "x"}, {}, {}), {}, ValueError, "channel_values"),
+    ("put", (cfg("t"), {"id": "x", "channel_values": {}, "channel_versions": []}, {}, {}), {},
+     TypeError, r"checkpoint\['channel_versions'\] must be a dict"),
+    ("put", (cfg("t"), {"id": 7, "channel_values": {}, "channel_versions": {}}, {}, {}), {},
+     TypeError, r"checkpoint\['id'\] must be a str"),
+    ("put", (cfg("t"), {"id": "x", "channel_values": {}, "channel_versions": {}}, None, {}),
+     {}, TypeError, "metadata must be a dict"),
+    ("put", (cfg("t"), {"id": "x", "channel_values": {}, "channel_versions": {}}, {}, None),
+     {}, TypeError, "new_versions must be a dict"),
+    ("put_writes", (None, [("a", 1)], "task"), {}, ValueError, "thread_id"),
 ]
 
 
@@ -137,3 +151,13 @@ async def test_constructor_options_are_checked_before_connecting(dsn: str) -> No
         with pytest.raises(TypeError, match="cache_bytes"):
             DeltaPostgresSaver(conn, cache_bytes=1.5)  # type: ignore[arg-type]
         assert DeltaPostgresSaver(conn, cache_bytes=0).history_cache is None
+
+
+@pytest.mark.parametrize("schema", ["information_schema", "INFORMATION_SCHEMA", "pg_catalog",
+                                    "pg_mine"])
+def test_system_schemas_are_refused(dsn: str, schema: str) -> None:
+    """schema="information_schema" was accepted and the tables made in that system
+    schema (issue 38); pg_* names the server refuses itself, later."""
+    with pytest.raises(ValueError, match="system schema"), \
+            DeltaPostgresSaver.from_conn_string(dsn, schema=schema):
+        pass
