@@ -222,6 +222,8 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
             prepare_threshold=prepare_threshold, cache_bytes=cache_bytes,
         )
         if pool_size is not None:
+            # see DeltaPostgresSaver.from_conn_string: the connection's own error, at once
+            await (await AsyncConnection.connect(conn_string, **kwargs)).close()
             async with AsyncConnectionPool(
                 conn_string,
                 min_size=1,

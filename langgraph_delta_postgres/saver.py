@@ -119,6 +119,10 @@ class DeltaPostgresSaver(SaverCore):
             prepare_threshold=prepare_threshold, cache_bytes=cache_bytes,
         )
         if pool_size is not None:
+            # one connection first: a wrong password, a missing database or a closed port
+            # is its error, at once (a pool retries in the background and the first call
+            # got a PoolTimeout after 30 s, without the cause)
+            Connection.connect(conn_string, **kwargs).close()
             with ConnectionPool(
                 conn_string,
                 min_size=1,

@@ -161,3 +161,25 @@ def test_system_schemas_are_refused(dsn: str, schema: str) -> None:
     with pytest.raises(ValueError, match="system schema"), \
             DeltaPostgresSaver.from_conn_string(dsn, schema=schema):
         pass
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_a_pool_that_cannot_connect_says_why_at_once(dsn: str, is_async: bool) -> None:
+    """from_conn_string(pool_size=N) on a database that does not exist: the server's
+    error, at once (it was a PoolTimeout without the cause after 30 s; issue 38)."""
+    import asyncio
+    import time
+
+    missing = psycopg.conninfo.make_conninfo(dsn, dbname=f"lgdp_missing_{uuid.uuid4().hex[:8]}")
+    started = time.monotonic()
+    with pytest.raises(psycopg.OperationalError, match="does not exist"):
+        if is_async:
+            async def main() -> None:
+                async with AsyncDeltaPostgresSaver.from_conn_string(missing, pool_size=2):
+                    pass
+
+            asyncio.run(main())
+        else:
+            with DeltaPostgresSaver.from_conn_string(missing, pool_size=2):
+                pass
+    assert time.monotonic() - started < 5
