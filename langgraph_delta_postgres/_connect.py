@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
@@ -100,3 +103,21 @@ async def acheck_if_idle(conn: Any) -> None:
 
 async def amark_returned(conn: Any) -> None:
     mark_returned(conn)
+
+
+@contextlib.contextmanager
+def explained_connect() -> Iterator[None]:
+    """Around ``from_conn_string``'s first connect: a pooler's refusal of the ``options``
+    startup parameter (PgBouncer's default) says what to do instead of only naming it."""
+    try:
+        yield
+    except psycopg.OperationalError as e:
+        if "unsupported startup parameter: options" not in str(e):
+            raise
+        raise psycopg.OperationalError(
+            f"{e}: the server in front (a pooler such as PgBouncer) refuses the `options` "
+            "startup parameter, which this saver sends to plan its prepared statements "
+            "generically. Behind a transaction-mode pooler pass prepare_threshold=None "
+            "(no prepared statements, no options; docs/poolers.md), or let the pooler "
+            "pass it on (PgBouncer: ignore_startup_parameters = options)."
+        ) from e

@@ -24,7 +24,12 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool
 
 from . import migrate as _migrate
-from ._connect import DEFAULT_CACHE_BYTES, DEFAULT_PREPARE_THRESHOLD, from_conn_string_kwargs
+from ._connect import (
+    DEFAULT_CACHE_BYTES,
+    DEFAULT_PREPARE_THRESHOLD,
+    explained_connect,
+    from_conn_string_kwargs,
+)
 from ._ops.base import Op, T, debug_statements, log_statement
 from ._ops.checkpoints import _op_get_tuple, _op_list
 from ._ops.context import SaverCore
@@ -223,7 +228,8 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
         )
         if pool_size is not None:
             # see DeltaPostgresSaver.from_conn_string: the connection's own error, at once
-            await (await AsyncConnection.connect(conn_string, **kwargs)).close()
+            with explained_connect():
+                await (await AsyncConnection.connect(conn_string, **kwargs)).close()
             async with AsyncConnectionPool(
                 conn_string,
                 min_size=1,
@@ -235,7 +241,9 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
             ) as pool:
                 yield cls(pool, serde=serde, schema=schema, cache_bytes=cache_bytes)
             return
-        async with await AsyncConnection.connect(conn_string, **kwargs) as conn:
+        with explained_connect():
+            conn = await AsyncConnection.connect(conn_string, **kwargs)
+        async with conn:
             if pipeline:
                 async with conn.pipeline() as pipe:
                     yield cls(conn, pipe, serde=serde, schema=schema, cache_bytes=cache_bytes)

@@ -24,7 +24,12 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool
 
 from . import migrate as _migrate
-from ._connect import DEFAULT_CACHE_BYTES, DEFAULT_PREPARE_THRESHOLD, from_conn_string_kwargs
+from ._connect import (
+    DEFAULT_CACHE_BYTES,
+    DEFAULT_PREPARE_THRESHOLD,
+    explained_connect,
+    from_conn_string_kwargs,
+)
 from ._ops.base import Op, T, debug_statements, log_statement
 from ._ops.checkpoints import _op_get_tuple, _op_list
 from ._ops.context import SaverCore
@@ -122,7 +127,8 @@ class DeltaPostgresSaver(SaverCore):
             # one connection first: a wrong password, a missing database or a closed port
             # is its error, at once (a pool retries in the background and the first call
             # got a PoolTimeout after 30 s, without the cause)
-            Connection.connect(conn_string, **kwargs).close()
+            with explained_connect():
+                Connection.connect(conn_string, **kwargs).close()
             with ConnectionPool(
                 conn_string,
                 min_size=1,
@@ -134,7 +140,9 @@ class DeltaPostgresSaver(SaverCore):
             ) as pool:
                 yield cls(pool, serde=serde, schema=schema, cache_bytes=cache_bytes)
             return
-        with Connection.connect(conn_string, **kwargs) as conn:
+        with explained_connect():
+            conn = Connection.connect(conn_string, **kwargs)
+        with conn:
             if pipeline:
                 with conn.pipeline() as pipe:
                     yield cls(conn, pipe, serde=serde, schema=schema, cache_bytes=cache_bytes)

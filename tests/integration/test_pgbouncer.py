@@ -165,10 +165,15 @@ async def test_migrate_functions_and_from_conn_string(
 def test_from_conn_string_default_prepare_threshold_is_refused(bouncer_dsn: str) -> None:
     """With the default prepare_threshold, from_conn_string sends generic-plan settings
     as the ``options`` startup parameter, which PgBouncer 1.18 rejects at connect: the
-    failure is immediate and names the parameter (docs/poolers.md)."""
-    with pytest.raises(psycopg.OperationalError, match="unsupported startup parameter: options"):
-        with DeltaPostgresSaver.from_conn_string(bouncer_dsn):
-            pass
+    failure is immediate, names the parameter and says what to do (docs/poolers.md;
+    issue 38: it was PgBouncer's message alone)."""
+    for pool_size in (None, 2):
+        with pytest.raises(psycopg.OperationalError,
+                           match="unsupported startup parameter: options") as e:
+            with DeltaPostgresSaver.from_conn_string(bouncer_dsn, pool_size=pool_size):
+                pass
+        assert "prepare_threshold=None" in str(e.value)
+        assert "ignore_startup_parameters" in str(e.value)
 
 
 def test_default_prepare_threshold_breaks_two_clients(pgbouncer: Bouncer, bouncer_dsn: str) -> None:
