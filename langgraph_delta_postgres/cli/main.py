@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import shlex
 import signal
 import sys
@@ -159,7 +160,29 @@ def _terminate(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+#: The exit code of a command whose output's reader went away (``| head``): that of a
+#: Unix tool killed by SIGPIPE (128 + 13).
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        try:
+            code = _main(argv)
+        except SystemExit:  # --help, --version, a usage error: printed, then exit
+            sys.stdout.flush()
+            raise
+        sys.stdout.flush()  # a closed pipe shows here, not as exit 120 at interpreter exit
+        return code
+    except BrokenPipeError:
+        # `inspect ... | head`, `status | true`: no traceback, and nothing more written
+        # (Python's own flush of stdout at exit would fail again)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:  # every command's --schema: refused before anything connects

@@ -235,3 +235,21 @@ def test_a_wrong_password_is_reported_with_postgres_words(
         assert f'password authentication failed for user "{role}"' in lines[0]
         assert "Postgres refused the connection" in lines[0]
         assert "wrong-password" not in lines[0]
+
+
+@pytest.mark.parametrize("command", ["status", "migrate"])
+def test_a_closed_pipe_is_no_traceback(empty_dsn: str, command: str) -> None:
+    """``langgraph-delta-pg status | true`` once the reader has gone: no traceback, the
+    exit code of a tool killed by SIGPIPE (it was a BrokenPipeError traceback, or exit
+    120; issue 38). A real pipe whose read end is closed before the command writes."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "langgraph_delta_postgres", command, "--dsn", empty_dsn],
+            stdout=write, stderr=subprocess.PIPE, text=True, timeout=120,
+        )
+    finally:
+        os.close(write)
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+    assert done.returncode == 141, (done.returncode, done.stderr)
