@@ -77,6 +77,19 @@ def patient(dsn: str, replica_dsn: str) -> Iterator[RoutingSaver]:
         yield r
 
 
+def _from_replica(r: RoutingSaver, read: Any, tries: int = 3) -> Any:
+    """``read()``, asserting that the replica answered it within ``tries``: a caught-up
+    standby may still refuse one read to a recovery conflict (the primary's autovacuum,
+    replayed, cancels a standby query: 'conflict'), which the router rightly answers
+    from the primary; what is asserted is that the replica answers when it can."""
+    for _ in range(tries):
+        before = r.routing_stats().replica_reads
+        got = read()
+        if r.routing_stats().replica_reads > before:
+            return got
+    raise AssertionError(f"the replica answered none of {tries} reads: {r.routing_stats()}")
+
+
 def _chain(saver: Any, thread: str, n: int, parent: dict[str, Any] | None = None,
            writes: bool = True) -> list[dict[str, Any]]:
     """``n`` checkpoints of one thread, each with a write of the channel ``log`` (a
@@ -201,15 +214,14 @@ def test_latest_reads_and_tokens_across_processes(
     standby.catch_up()
     # another process without a token: the latest on a replica that has replayed past
     # the primary's position when the read began (asked in one statement)
-    assert tup(reader.get_tuple(cfg("t3"))) == tup(primary.get_tuple(cfg("t3")))
-    assert reader.routing_stats().replica_reads == 1
-    assert reader.routing_stats().lsn_fetches == 1
+    want0 = tup(primary.get_tuple(cfg("t3")))
+    assert _from_replica(reader, lambda: tup(reader.get_tuple(cfg("t3")))) == want0
     standby.pause()
     _chain(router, "t3", 1, parent=router.get_tuple(cfg("t3")).config)  # type: ignore[union-attr]
     # behind: the primary answers, with or without a token
-    assert tup(reader.get_tuple(cfg("t3"))) == tup(primary.get_tuple(cfg("t3")))
-    assert reader.routing_stats().replica_misses == {"behind": 1}
     served = reader.routing_stats().replica_reads
+    assert tup(reader.get_tuple(cfg("t3"))) == tup(primary.get_tuple(cfg("t3")))
+    assert reader.routing_stats().replica_misses.get("behind") == 1
     _chain(router, "t3", 2, parent=router.get_tuple(cfg("t3")).config)  # type: ignore[union-attr]
     token = router.token()
     parse_token(token)
@@ -219,14 +231,13 @@ def test_latest_reads_and_tokens_across_processes(
     conf = cfg("t3")
     conf["configurable"][READ_AFTER_KEY] = token
     assert tup(reader.get_tuple(conf)) == want
-    assert reader.routing_stats().replica_reads == served
+    assert reader.routing_stats().replica_reads == served  # never the lagging standby
     standby.resume()
     standby.catch_up()
     with reader.read_after(token):  # replayed past the token: the replica answers
-        assert tup(reader.get_tuple(cfg("t3"))) == want
-        page = [tup(t) for t in reader.list(cfg("t3"), limit=3)]
+        assert _from_replica(reader, lambda: tup(reader.get_tuple(cfg("t3")))) == want
+        page = _from_replica(reader, lambda: [tup(t) for t in reader.list(cfg("t3"), limit=3)])
     assert page == [tup(t) for t in primary.list(cfg("t3"), limit=3)]
-    assert reader.routing_stats().replica_reads == served + 2
     with pytest.raises(ValueError):
         parse_token("0/0")
 
@@ -243,11 +254,15 @@ def test_get_tuple_and_its_history_come_from_one_server(
     for turn in range(4):
         graph.invoke(user_input(WORKLOAD, turn), conf)
     standby.catch_up()
-    before = router.routing_stats()
-    state = graph.get_state(conf)
-    assert canon(state.values) == canon(ref.get_state(conf).values)
-    after = router.routing_stats()
-    assert after.replica_reads == before.replica_reads + 2  # the tuple and its history
+    for _ in range(3):  # a recovery conflict may send one load to the primary (as it should)
+        before = router.routing_stats()
+        state = graph.get_state(conf)
+        assert canon(state.values) == canon(ref.get_state(conf).values)
+        after = router.routing_stats()
+        if after.replica_reads == before.replica_reads + 2:  # the tuple and its history
+            break
+    else:
+        raise AssertionError(f"no load served by the replica: {router.routing_stats()}")
     replica = router.replicas[0]
     assert replica.stats().walk.prefetch_hits >= 1
 
