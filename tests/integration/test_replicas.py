@@ -66,13 +66,15 @@ def reader(dsn: str, replica_dsn: str) -> Iterator[RoutingSaver]:
 
 @pytest.fixture
 def patient(dsn: str, replica_dsn: str) -> Iterator[RoutingSaver]:
-    """A routing saver whose guard waits up to 2 s for the standby, for the tests that
+    """A routing saver whose guard waits up to 0.4 s for the standby, for the tests that
     expect a caught-up standby to answer a latest read: the floor is the cluster's insert
     position, which the other tests of the run (other databases, the other xdist worker)
     move on, and a standby on a loaded 2-core machine can lag it by more than the default
-    50 ms (seen on a loaded run: 'behind')."""
+    50 ms (seen on a loaded run: 'behind'). Below the test standby's
+    max_standby_streaming_delay (500 ms): a guard that waits holds its snapshot, and a
+    replayed cleanup record cancels it after that delay ('conflict', seen with 2 s)."""
     with RoutingSaver.from_conn_string(dsn, replicas=[replica_dsn], pool_size=2,
-                                       retry_after=0.5, replica_wait=2.0,
+                                       retry_after=0.5, replica_wait=0.4,
                                        replica_query_timeout=10) as r:
         yield r
 
