@@ -350,7 +350,7 @@ def test_a_user_pool_in_repeatable_read_never_reads_the_guards_snapshot(
     standby.catch_up()
     with ConnectionPool(replica_dsn, min_size=1, max_size=2, open=True, kwargs={
         "options": "-c default_transaction_isolation=repeatable\\ read"}) as pool:
-        r = RoutingSaver(primary, [pool], replica_wait=2.0, replica_query_timeout=10)
+        r = RoutingSaver(primary, [pool], replica_wait=0.4, replica_query_timeout=10)
         try:
             assert r.get_tuple(cfg("rr")) is not None
             for trial in range(4):
