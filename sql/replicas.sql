@@ -125,12 +125,28 @@ WHERE coalesce((
 -- On the primary: an LSN at or past the commit record of every transaction that has
 -- committed so far (the insert position: with synchronous_commit=off a commit returns
 -- before its record is written, so the write position could be behind it). A standby
--- that has replayed up to it sees all of them. No parameters.
+-- that has replayed up to it sees all of them. When the insert position is at the start
+-- of a WAL page, it points past the page's header (24 bytes; 40 at a segment's start),
+-- while a standby's replay position stops at the end of the last record, before that
+-- header: on an idle primary no standby ever reached it (until the next record, up to
+-- 15 s later), and every latest read waited replica_wait and then went to the primary.
+-- The header holds no record: the position before it covers the same commits. (64-bit
+-- builds' header sizes.) No parameters.
 -- Result columns: lsn text; timeline int (the primary's, as in server.identity: a
 -- change means a promotion, and the replicas are checked again).
 -- Touches no table.
 SELECT
-    pg_current_wal_insert_lsn()::text AS lsn,
+    (
+        SELECT CASE  -- the position before a page header: see primary_lsn
+            WHEN mod(w.lsn - '0/0'::pg_lsn,
+                     pg_size_bytes(current_setting('wal_segment_size'))) = 40
+                THEN w.lsn - 40::numeric
+            WHEN mod(w.lsn - '0/0'::pg_lsn, current_setting('wal_block_size')::numeric) = 24
+                THEN w.lsn - 24::numeric
+            ELSE w.lsn
+        END
+        FROM (SELECT pg_current_wal_insert_lsn() AS lsn) AS w
+    )::text AS lsn,
     ('x' || substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8))::bit(32)::int
         AS timeline
 
@@ -146,7 +162,17 @@ SELECT
 -- Result columns: lsn text; timeline int (see primary_lsn); head text.
 -- Index: checkpoints_pkey (thread_id, checkpoint_ns, checkpoint_id), backwards, one row.
 SELECT
-    pg_current_wal_insert_lsn()::text AS lsn,
+    (
+        SELECT CASE  -- the position before a page header: see primary_lsn
+            WHEN mod(w.lsn - '0/0'::pg_lsn,
+                     pg_size_bytes(current_setting('wal_segment_size'))) = 40
+                THEN w.lsn - 40::numeric
+            WHEN mod(w.lsn - '0/0'::pg_lsn, current_setting('wal_block_size')::numeric) = 24
+                THEN w.lsn - 24::numeric
+            ELSE w.lsn
+        END
+        FROM (SELECT pg_current_wal_insert_lsn() AS lsn) AS w
+    )::text AS lsn,
     ('x' || substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8))::bit(32)::int
         AS timeline,
     (SELECT c.checkpoint_id FROM {s}checkpoints AS c

@@ -34,6 +34,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from .._sql import Queries
 from . import _watchdog
 
 #: settings a hot standby must have at least as high as its primary (Postgres refuses
@@ -240,8 +241,11 @@ class Standby:
 
     def catch_up(self, timeout: float = 60.0) -> None:
         """Wait until the standby has replayed everything the primary wrote so far."""
+        # the primary's insert position, before a page header (sql/replicas.sql,
+        # primary_lsn): the raw one is past it, and an idle primary's standby only got
+        # there with the next WAL record (a catch-up waited about 15 s)
         with psycopg.connect(self.primary_dsn, autocommit=True) as p:
-            row = p.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+            row = p.execute(Queries(None)["replicas.primary_lsn"]).fetchone()
         assert row is not None
         target = lsn_int(row[0])
         deadline = time.monotonic() + timeout

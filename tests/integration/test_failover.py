@@ -505,3 +505,29 @@ def test_a_run_across_the_failover_leaves_no_checkpoint_below_a_lost_one(
             _check_chain(fresh, "gated", graph=on_s, channel="log")
         except AssertionError as e:
             raise AssertionError(f"{e} {outcome}") from None
+
+
+def test_an_idle_primary_at_a_page_boundary_still_routes_latest_reads(pair: Pair) -> None:
+    """After a WAL switch on an idle primary, its insert position is just past the new
+    segment's page header while its standby's replay stops before it, at the end of the
+    switch record: a floor of the raw insert position was never reached (until the next
+    record, up to 15 s later), so every latest read waited replica_wait and went to the
+    primary. The floor is taken before the header (sql/replicas.sql, primary_lsn).
+    A cluster of our own: nothing else writes WAL there."""
+    with DeltaPostgresSaver.from_conn_string(pair.p_dsn) as p:
+        p.setup()
+        graph = build_graph(WORKLOAD, p)
+        graph.invoke(user_input(WORKLOAD, 0), {"configurable": {"thread_id": "idle"}})
+    with psycopg.connect(pair.p.admin_dsn, autocommit=True) as c:
+        c.execute("SELECT pg_switch_wal()")
+        raw = c.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+    assert raw is not None and raw[0].endswith("000028"), raw  # segment start + 40
+    pair.s.catch_up(timeout=10)  # the normalized floor: reached at once
+    with RoutingSaver.from_conn_string(pair.p_dsn, replicas=[pair.s_dsn]) as r:
+        started = time.monotonic()
+        for _ in range(5):
+            assert r.get_tuple({"configurable": {"thread_id": "idle"}}) is not None
+        took = time.monotonic() - started
+        stats = r.routing_stats()
+    assert stats.replica_reads == 5, stats
+    assert took < 2.0, took
