@@ -105,9 +105,7 @@ class ServerTracker:
         with self._lock:
             self._seen = weakref.WeakKeyDictionary()
 
-    def stale(self, conn: Any) -> bool:
-        """The connection reaches a server other than the current one."""
-        with self._lock:
-            ident = self._seen.get(conn)
-            cur = self.current
-        return ident is not None and cur is not None and not ident.same_history(cur)
+    def current_for(self, ident: ServerIdentity) -> bool:
+        """A connection known as ``ident`` reaches the server this saver uses now."""
+        cur = self.current
+        return cur is None or ident.same_history(cur)

@@ -264,7 +264,8 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
 
     async def _check_server(self, conn: AsyncConnection[Any]) -> None:
         """See :meth:`.DeltaPostgresSaver._check_server`."""
-        if self._server.known(conn) is None:
+        ident = self._server.known(conn)  # one lookup per checkout
+        if ident is None:
             tx = nullcontext() if conn.autocommit else conn.transaction()
             async with tx, conn.cursor(row_factory=tuple_row) as cur:
                 await cur.execute(self.queries["server.identity"])
@@ -274,7 +275,7 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
             assert row is not None
             self._server_seen(conn, row)
             await self._new_connection(conn)
-        elif self._server.stale(conn):
+        elif not self._server.current_for(ident):
             await conn.close()
             raise StaleServerError(
                 "this pooled connection reaches the server used before a failover; "

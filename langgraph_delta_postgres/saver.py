@@ -166,7 +166,8 @@ class DeltaPostgresSaver(SaverCore):
         a pool may reach another server after a failover, a single connection never does
         (it ends with its server). A connection to a server this saver no longer uses
         (before a failover) is closed."""
-        if self._server.known(conn) is None:
+        ident = self._server.known(conn)  # one lookup per checkout
+        if ident is None:
             tx = nullcontext() if conn.autocommit else conn.transaction()
             with tx, conn.cursor(row_factory=tuple_row) as cur:
                 cur.execute(self.queries["server.identity"])
@@ -176,7 +177,7 @@ class DeltaPostgresSaver(SaverCore):
             assert row is not None
             self._server_seen(conn, row)
             self._new_connection(conn)
-        elif self._server.stale(conn):
+        elif not self._server.current_for(ident):
             conn.close()
             raise StaleServerError(
                 "this pooled connection reaches the server used before a failover; "

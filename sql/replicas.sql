@@ -137,7 +137,7 @@ WHERE coalesce((
 -- Touches no table.
 SELECT
     (
-        SELECT CASE  -- the position before a page header: see primary_lsn
+        SELECT CASE  -- the position before a page header (above)
             WHEN mod(w.lsn - '0/0'::pg_lsn,
                      pg_size_bytes(current_setting('wal_segment_size'))) = 40
                 THEN w.lsn - 40::numeric
@@ -151,33 +151,20 @@ SELECT
         AS timeline
 
 -- name: head
--- On the primary, before a read of a thread's latest checkpoint (get_tuple or history
--- without checkpoint_id): the read's floor, in one statement. The LSN is evaluated
--- after the statement's snapshot was taken, so it is at or past the commit of every
--- write committed before the read began, whoever made it (any process, any worker); a
--- replica that has replayed past it gives an answer no older than the primary's at
--- that moment. head: the namespace's newest checkpoint id (NULL: the thread has none
--- there, and the primary answers without a replica).
+-- Appended to primary_lsn (composed by the routing saver: one statement, the floor
+-- expression written once), on the primary before a read of a thread's latest
+-- checkpoint (get_tuple or history without checkpoint_id): the read's floor. The LSN is
+-- evaluated after the statement's snapshot was taken, so it is at or past the commit of
+-- every write committed before the read began, whoever made it (any process, any
+-- worker); a replica that has replayed past it gives an answer no older than the
+-- primary's at that moment. head: the namespace's newest checkpoint id (NULL: the thread
+-- has none there, and the primary answers without a replica).
 -- Parameters: thread_id, checkpoint_ns text.
--- Result columns: lsn text; timeline int (see primary_lsn); head text.
+-- Result columns (with primary_lsn's): lsn text; timeline int; head text.
 -- Index: checkpoints_pkey (thread_id, checkpoint_ns, checkpoint_id), backwards, one row.
-SELECT
-    (
-        SELECT CASE  -- the position before a page header: see primary_lsn
-            WHEN mod(w.lsn - '0/0'::pg_lsn,
-                     pg_size_bytes(current_setting('wal_segment_size'))) = 40
-                THEN w.lsn - 40::numeric
-            WHEN mod(w.lsn - '0/0'::pg_lsn, current_setting('wal_block_size')::numeric) = 24
-                THEN w.lsn - 24::numeric
-            ELSE w.lsn
-        END
-        FROM (SELECT pg_current_wal_insert_lsn() AS lsn) AS w
-    )::text AS lsn,
-    ('x' || substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8))::bit(32)::int
-        AS timeline,
-    (SELECT c.checkpoint_id FROM {s}checkpoints AS c
-     WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
-     ORDER BY c.checkpoint_id DESC LIMIT 1) AS head
+, (SELECT c.checkpoint_id FROM {s}checkpoints AS c
+   WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
+   ORDER BY c.checkpoint_id DESC LIMIT 1) AS head
 
 -- name: bound_session
 -- On a replica connection, at its first use: bound every statement of the session

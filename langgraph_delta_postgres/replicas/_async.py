@@ -154,7 +154,7 @@ class AsyncRoutingSaver(_RoutingCore):
         saver = self._saver(step.saver)
         if isinstance(step, Query):
             async with saver._connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
-                await cur.execute(self.queries[step.key], step.params)
+                await cur.execute(self._statement(step.key), step.params)
                 return await cur.fetchall()
         if step.method == "list":
             return [x async for x in saver.alist(*step.args, **step.kwargs)]

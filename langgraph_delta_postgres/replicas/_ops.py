@@ -46,7 +46,7 @@ class Query:
     are the answer. No guard runs before it."""
 
     saver: int
-    key: str
+    key: str | tuple[str, ...]  # blocks of sql/, joined into one statement
     params: Mapping[str, Any] | None = None
     need: ClassVar[None] = None
 
@@ -144,7 +144,8 @@ def fetch_head(core: _RoutingCore, thread_id: str, ns: str) -> Route[tuple[int, 
     """(the primary's WAL position now, the namespace's newest checkpoint id): the floor
     of a read of the latest checkpoint, in one statement (``replicas.head``)."""
     core._counts["lsn_fetches"] += 1
-    rows = yield Query(PRIMARY, "replicas.head", {"thread_id": thread_id, "checkpoint_ns": ns})
+    rows = yield Query(PRIMARY, ("replicas.primary_lsn", "replicas.head"),
+                       {"thread_id": thread_id, "checkpoint_ns": ns})
     assert rows
     lsn, timeline, head = rows[0]
     core._primary_timeline(timeline)

@@ -151,7 +151,6 @@ class ReplicaBounds:
 
     def __init__(self, query_timeout: float, max_wait: float) -> None:
         self.expected: ServerIdentity | None = None
-        self.query_timeout = query_timeout
         #: how long the guard waits for a replica behind a read's floor (seconds)
         self.max_wait = max_wait
         #: the server-side bounds (sql/replicas.sql, bound_session)
@@ -455,6 +454,10 @@ class _RoutingCore(BaseCheckpointSaver[str]):
         clone.primary = self.primary.with_allowlist(extra_allowlist)
         clone.replicas = [r.with_allowlist(extra_allowlist) for r in self.replicas]
         return clone
+
+    def _statement(self, key: str | tuple[str, ...]) -> Any:
+        """A routing query: one block of sql/, or several joined into one statement."""
+        return self.queries[key] if isinstance(key, str) else self.queries.join(*key)
 
     def _saver(self, i: int) -> Any:
         """The saver of a routing step: a replica's by its index, the primary's for -1."""

@@ -164,7 +164,7 @@ class RoutingSaver(_RoutingCore):
         saver = self._saver(step.saver)
         if isinstance(step, Query):
             with saver._connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
-                cur.execute(self.queries[step.key], step.params)
+                cur.execute(self._statement(step.key), step.params)
                 return cur.fetchall()
         got = getattr(saver, step.method)(*step.args, **step.kwargs)
         return list(got) if step.method == "list" else got
