@@ -36,15 +36,10 @@ SELECT EXISTS (
 -- stored_channels = inline ∪ blobs this statement inserted ∪ blobs already present.
 -- A data-modifying CTE's rows are invisible to the rest of the statement, hence the
 -- RETURNING branch next to the probe (which sees what existed before).
--- It also records this checkpoint as the namespace's last put (checkpoint_epochs, see
--- migrations/0006_checkpoint_epochs.sql), with the row locked until the commit.
--- Indexes: checkpoint_blobs_pkey (conflict + probe), checkpoints_pkey (conflict),
--- checkpoint_epochs_pkey (conflict).
-WITH head AS (
-    INSERT INTO {s}checkpoint_epochs AS e (thread_id, checkpoint_ns, last_put)
-    VALUES (%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s)
-    ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET last_put = EXCLUDED.last_put
-), new_blobs AS (
+-- The namespace's checkpoint_epochs row is kept by the table's trigger
+-- (migrations/0007_epoch_triggers.sql), as for every writer.
+-- Indexes: checkpoint_blobs_pkey (conflict + probe), checkpoints_pkey (conflict).
+WITH new_blobs AS (
     INSERT INTO {s}checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
     SELECT %(thread_id)s, %(checkpoint_ns)s, u.b ->> 0, u.b ->> 1, u.b ->> 2,
            substring(%(blob_data)b::bytea FROM (u.b ->> 3)::int FOR (u.b ->> 4)::int)
@@ -98,43 +93,10 @@ ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
 -- checkpoint_ns, checkpoint_id, task_id, task_path, data (bytea, the blobs concatenated,
 -- as put_checkpoint's blob_data) and writes (jsonb): [idx, channel, type, offset, length]
 -- of each write (distinct idxs), its blob cut out of data at its 1-based offset and length.
--- A write to a checkpoint that is not the namespace's last put (one that may have a
--- child, which caches may hold a chain through) bumps late_writes, deciding on the
--- locked row's latest version (see migrations/0006_checkpoint_epochs.sql); the common
--- write, to the checkpoint just put, only locks the row until the commit. So does a
--- write to a checkpoint not stored yet (LangGraph's tasks write to their checkpoint
--- while its put, durability="async", may still wait for the previous one): no walk
--- can have passed through a checkpoint without a row, and a child's put waits for the
--- row lock this write holds. "Not stored" is read in this statement's snapshot, so it
--- counts only when the locked row is the version that snapshot sees (no put committed
--- in between); otherwise the write bumps as before. Under concurrent sessions those
--- early writes were most writes, and every bump sends every cache of the thread back
--- to the database for the whole chain. Special writes (upsert_writes) never bump: no
--- DeltaChannel history holds them.
--- Indexes: checkpoint_writes_pkey (conflict), checkpoint_epochs_pkey (conflict and the
--- snapshot's version), checkpoints_pkey (is the checkpoint stored).
-WITH late AS (
-    INSERT INTO {s}checkpoint_epochs AS e (thread_id, checkpoint_ns, late_writes)
-    VALUES (%(thread_id)s, %(checkpoint_ns)s, 1)
-    ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET late_writes = e.late_writes + 1
-    WHERE e.last_put IS DISTINCT FROM %(checkpoint_id)s
-      AND (
-          -- the checkpoint is stored: it may have a child
-          EXISTS (
-              SELECT FROM {s}checkpoints AS c
-              WHERE c.thread_id = %(thread_id)s
-                AND c.checkpoint_ns = %(checkpoint_ns)s
-                AND c.checkpoint_id = %(checkpoint_id)s
-          )
-          -- or a put committed after this statement's snapshot was taken (the locked
-          -- row is not the version the snapshot sees), so the snapshot cannot tell
-          OR e.xmin IS DISTINCT FROM (
-              SELECT v.xmin FROM {s}checkpoint_epochs AS v
-              WHERE v.thread_id = %(thread_id)s
-                AND v.checkpoint_ns = %(checkpoint_ns)s
-          )
-      )
-)
+-- Whether the write is late (a write to a checkpoint that may have a child, which caches
+-- may hold a chain through) is decided by the table's trigger
+-- (migrations/0007_epoch_triggers.sql), as for every writer.
+-- Index: checkpoint_writes_pkey (conflict).
 INSERT INTO {s}checkpoint_writes
     (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
 SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, %(task_path)s,

@@ -283,3 +283,53 @@ def test_write_waits_while_its_checkpoint_and_a_child_are_put(dsn: str) -> None:
             assert before is not None and _late_count(dsn, "early2") == before + 1
             got = canon_history(reader.get_delta_channel_history(config=head, channels=CHANNELS))
         assert got == _fresh(dsn, head) and "waited" in repr(got["messages"])
+
+
+def _official_put_writes(dsn: str, config: dict[str, Any], value: str) -> None:
+    """A write by the official saver (langgraph-checkpoint-postgres): it knows nothing of
+    checkpoint_epochs; only the database can count it."""
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    with PostgresSaver.from_conn_string(dsn) as official:
+        official.put_writes(config, [("messages", [value])], task_id="official-" + value,  # type: ignore[arg-type]
+                            task_path="~z")
+
+
+def test_official_saver_adds_a_write_to_a_cached_ancestor(dsn: str) -> None:
+    """Contract rule 15 whoever writes: the official saver as the other writer needs no
+    ``cache_bytes=0``."""
+    with DeltaPostgresSaver.from_conn_string(dsn) as saver:
+        chain = write_chain(saver, "off", 20, CHANNELS)
+        head = _cfg("off", chain.ids[-1])
+        saver.get_delta_channel_history(config=head, channels=CHANNELS)
+        saver.get_delta_channel_history(config=head, channels=CHANNELS)
+        for i, at in enumerate((7, 18)):
+            _official_put_writes(dsn, _cfg("off", chain.ids[at]), f"off{i}")
+            got = canon_history(saver.get_delta_channel_history(config=head, channels=CHANNELS))
+            assert got == _fresh(dsn, head) and f"off{i}" in repr(got["messages"])
+
+
+@pytest.mark.parametrize("reputter", ["ours", "official"])
+def test_reput_then_late_write_is_seen(dsn: str, reputter: str) -> None:
+    """Another process puts an existing checkpoint again after it has children; a caching
+    reader walks through it; a write is then added to it: the reader sees the write (a
+    re-put does not make a checkpoint the namespace's last put)."""
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    thread = f"reput-{reputter}"
+    with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as s:
+        chain = write_chain(s, thread, 12, CHANNELS)
+        again = s.get_tuple(_cfg(thread, chain.ids[5]))
+    assert again is not None
+    ctx = (PostgresSaver.from_conn_string(dsn) if reputter == "official"
+           else DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0))
+    with ctx as other, DeltaPostgresSaver.from_conn_string(dsn) as reader:
+        parent_cfg = _cfg(thread, again.parent_config["configurable"]["checkpoint_id"])  # type: ignore[index]
+        other.put(parent_cfg, again.checkpoint, again.metadata, {})  # type: ignore[arg-type]
+        head = _cfg(thread, chain.ids[-1])
+        reader.get_delta_channel_history(config=head, channels=CHANNELS)
+        reader.get_delta_channel_history(config=head, channels=CHANNELS)
+        other.put_writes(_cfg(thread, chain.ids[5]), [("messages", ["after-reput"])],  # type: ignore[arg-type]
+                         task_id="t-reput", task_path="~z")
+        got = canon_history(reader.get_delta_channel_history(config=head, channels=CHANNELS))
+    assert got == _fresh(dsn, head) and "after-reput" in repr(got["messages"])
