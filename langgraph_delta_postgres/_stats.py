@@ -6,7 +6,9 @@ Two families, each counted where its work happens:
   statements, the rows they returned, the checkpoints they reached, and the history calls
   that needed no statement (get_tuple had read the history with the checkpoint);
 * **cache** (:class:`.HistoryCache`'s own counters): hits, misses, admission refusals,
-  evictions, bytes and buckets held.
+  evictions, bytes and buckets held;
+* **order** (:class:`._order.Turns`' counters): puts and put_writes that waited for the
+  saver's own earlier calls on their thread and namespace, and how many waited long.
 
 ``saver.stats()`` returns a frozen :class:`SaverStats` snapshot; counters only grow
 (subtract two snapshots for a rate). Cheap on the hot path: one lock and a few integer
@@ -80,17 +82,33 @@ class CacheStats:
 
 
 @dataclass(frozen=True, slots=True)
+class OrderStats:
+    """The order of one saver's own writes per thread and namespace (see
+    ``langgraph_delta_postgres/_order.py``), since it was made.
+
+    ``waits``: puts / put_writes that waited for this saver's earlier calls there;
+    ``slow_waits``: those that waited longer than a second (each also logged, WARNING);
+    ``overdue``: those that stopped waiting after 10 s and ran anyway (logged)."""
+
+    waits: int = 0
+    slow_waits: int = 0
+    overdue: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class SaverStats:
     """What ``saver.stats()`` returns; ``cache`` is None when ``cache_bytes=0``."""
 
     walk: WalkStats
     cache: CacheStats | None
+    order: OrderStats = OrderStats()
 
     def as_dict(self) -> dict[str, int]:
         """Flat, for a log line or a metrics exporter: ``walk_rows``, ``cache_hits``..."""
         out = {f"walk_{k}": v for k, v in asdict(self.walk).items()}
         if self.cache is not None:
             out.update({f"cache_{k}": v for k, v in asdict(self.cache).items()})
+        out.update({f"order_{k}": v for k, v in asdict(self.order).items()})
         return out
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, nullcontext, suppress
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, nullcontext
 from datetime import datetime
 from typing import Any, cast
 
@@ -36,7 +36,8 @@ from ._ops.context import SaverCore
 from ._ops.history import _op_delta_history, wanted_channels
 from ._ops.maintenance import _op_copy_thread, _op_delete_thread
 from ._ops.retention import PruneStats, _op_delete_for_runs, _op_delta_keepset, prune_ops
-from ._ops.write import PUT_ORDER_WAIT_S, _op_put, _op_put_writes, namespace_key
+from ._ops.write import _op_put, _op_put_writes
+from ._order import Turns, ahold, namespace_key
 from ._server import StaleServerError
 
 AsyncConn = AsyncConnection[Any] | AsyncConnectionPool[Any]
@@ -191,12 +192,7 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
         self.conn = conn
         self.pipe = pipe
         self.lock = asyncio.Lock()
-        # puts in flight and put_writes running, per (thread, namespace): aput_writes
-        # waits for both, aput for the put_writes (see _ops.write.namespace_key); an event per
-        # namespace that someone waits on, set when one of them returns
-        self._puts: dict[tuple[str, str], int] = {}
-        self._writes: dict[tuple[str, str], int] = {}
-        self._returned: dict[tuple[str, str], asyncio.Event] = {}
+        self._turns = Turns(asyncio.Event)  # the order of its writes (see _order)
         self._init_core(schema, cache_bytes)
         try:
             self._bound_loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -333,14 +329,8 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        key = namespace_key(config)
-        self._puts[key] = self._puts.get(key, 0) + 1  # aput_writes arriving now wait
-        try:
-            # after this saver's put_writes running there (namespace_key)
-            await self._order_wait(key, lambda: key not in self._writes)
+        async with ahold(self._turns, namespace_key(config), alone=True):
             return await self._run(_op_put(self, config, checkpoint, metadata, new_versions))
-        finally:
-            self._leave(self._puts, key)
 
     async def aput_writes(
         self,
@@ -349,33 +339,8 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        key = namespace_key(config)
-        # after this saver's puts and put_writes there (namespace_key)
-        await self._order_wait(key, lambda: key not in self._puts and key not in self._writes)
-        self._writes[key] = self._writes.get(key, 0) + 1
-        try:
+        async with ahold(self._turns, namespace_key(config), alone=False):
             await self._run(_op_put_writes(self, config, writes, task_id, task_path))
-        finally:
-            self._leave(self._writes, key)
-
-    async def _order_wait(self, key: tuple[str, str], ready: Callable[[], bool]) -> None:
-        """Until ``ready()`` (checked each time a put or put_writes on ``key`` returns),
-        at most PUT_ORDER_WAIT_S."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + PUT_ORDER_WAIT_S
-        while not ready() and (left := deadline - loop.time()) > 0:
-            returned = self._returned.setdefault(key, asyncio.Event())
-            with suppress(TimeoutError):
-                await asyncio.wait_for(returned.wait(), left)
-
-    def _leave(self, running: dict[tuple[str, str], int], key: tuple[str, str]) -> None:
-        """One fewer put or put_writes running on ``key``: wake whoever waits there."""
-        if (n := running[key] - 1) > 0:
-            running[key] = n
-        else:
-            del running[key]
-        if (returned := self._returned.pop(key, None)) is not None:
-            returned.set()
 
     async def adelete_thread(self, thread_id: str) -> None:
         await self._run(_op_delete_thread(self, thread_id))

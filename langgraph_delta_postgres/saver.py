@@ -36,7 +36,8 @@ from ._ops.context import SaverCore
 from ._ops.history import _op_delta_history, wanted_channels
 from ._ops.maintenance import _op_copy_thread, _op_delete_thread
 from ._ops.retention import PruneStats, _op_delete_for_runs, _op_delta_keepset, prune_ops
-from ._ops.write import PUT_ORDER_WAIT_S, _op_put, _op_put_writes, namespace_key
+from ._ops.write import _op_put, _op_put_writes
+from ._order import Turns, hold, namespace_key
 from ._server import StaleServerError
 
 SyncConn = Connection[Any] | ConnectionPool[Any]
@@ -93,11 +94,7 @@ class DeltaPostgresSaver(SaverCore):
         self.conn = conn
         self.pipe = pipe
         self.lock = threading.Lock()
-        # puts in flight and put_writes running, per (thread, namespace): a put_writes
-        # waits for both, a put for the put_writes (see _ops.write.namespace_key)
-        self._puts: dict[tuple[str, str], int] = {}
-        self._writes: dict[tuple[str, str], int] = {}
-        self._puts_done = threading.Condition()
+        self._turns = Turns(threading.Event)  # the order of its writes (see _order)
         self._init_core(schema, cache_bytes)
 
     @classmethod
@@ -234,17 +231,8 @@ class DeltaPostgresSaver(SaverCore):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        key = namespace_key(config)
-        with self._puts_done:
-            self._puts[key] = self._puts.get(key, 0) + 1  # put_writes arriving now wait
-            # after this saver's put_writes running there (namespace_key)
-            self._puts_done.wait_for(lambda: key not in self._writes, timeout=PUT_ORDER_WAIT_S)
-        try:
+        with hold(self._turns, namespace_key(config), alone=True):
             return self._run(_op_put(self, config, checkpoint, metadata, new_versions))
-        finally:
-            with self._puts_done:
-                _leave(self._puts, key)
-                self._puts_done.notify_all()
 
     def put_writes(
         self,
@@ -253,19 +241,8 @@ class DeltaPostgresSaver(SaverCore):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        key = namespace_key(config)
-        with self._puts_done:  # after this saver's puts and put_writes there (namespace_key)
-            self._puts_done.wait_for(
-                lambda: key not in self._puts and key not in self._writes,
-                timeout=PUT_ORDER_WAIT_S,
-            )
-            self._writes[key] = self._writes.get(key, 0) + 1
-        try:
+        with hold(self._turns, namespace_key(config), alone=False):
             self._run(_op_put_writes(self, config, writes, task_id, task_path))
-        finally:
-            with self._puts_done:
-                _leave(self._writes, key)
-                self._puts_done.notify_all()
 
     def delete_thread(self, thread_id: str) -> None:
         self._run(_op_delete_thread(self, thread_id))
@@ -334,11 +311,3 @@ class DeltaPostgresSaver(SaverCore):
         if not (wanted := wanted_channels(channels)):
             return {}
         return self._run(_op_delta_history(self, config, wanted))
-
-
-def _leave(running: dict[tuple[str, str], int], key: tuple[str, str]) -> None:
-    """One fewer call running on ``key``."""
-    if (n := running[key] - 1) > 0:
-        running[key] = n
-    else:
-        del running[key]

@@ -17,9 +17,10 @@ from psycopg import sql
 
 from .._cache import HistoryCache, Plan
 from .._checks import INT8_MAX, check_int
+from .._order import Turns
 from .._server import ServerTracker
 from .._sql import Queries
-from .._stats import CacheStats, SaverStats, WalkCounters
+from .._stats import CacheStats, OrderStats, SaverStats, WalkCounters
 from ..errors import SetupRequiredError, setup_required
 from .base import _PREFETCH
 from .write import next_version
@@ -31,6 +32,8 @@ class SaverCore(BaseCheckpointSaver[str]):
     queries: Queries
     #: Depth guard of the history walk: more ancestors than this is treated as corrupt.
     max_history_depth: int = 1_000_000
+    #: the order of the saver's own writes (see _order; made by each saver's __init__)
+    _turns: Turns
 
     def _init_core(self, schema: str | None, cache_bytes: int) -> None:
         self.queries = Queries(schema)  # checks the name (see _sql.check_schema)
@@ -46,11 +49,14 @@ class SaverCore(BaseCheckpointSaver[str]):
         self._server = ServerTracker()
 
     def stats(self) -> SaverStats:
-        """A snapshot of this saver's counters: its history walks and its cache (None
-        when ``cache_bytes=0``). No statement runs; see docs/observability.md."""
+        """A snapshot of this saver's counters: its history walks, its cache (None
+        when ``cache_bytes=0``) and the order of its writes. No statement runs; see
+        docs/observability.md."""
         cache = self.history_cache
         return SaverStats(
-            self._walk.snapshot(), CacheStats(**cache.counters()) if cache is not None else None
+            self._walk.snapshot(),
+            CacheStats(**cache.counters()) if cache is not None else None,
+            OrderStats(**self._turns.counters()),
         )
 
     def _query(self, name: str, *parts: str | sql.SQL) -> sql.Composed:

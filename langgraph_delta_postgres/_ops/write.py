@@ -1,5 +1,5 @@
 """Writing: put and put_writes (``sql/write.sql``), one statement each; the channel
-version format; the ordering of a saver's writes after its puts in flight."""
+version format (the order of a saver's own writes: :mod:`.._order`)."""
 
 from __future__ import annotations
 
@@ -25,11 +25,6 @@ from .base import _PREFETCH, Op, Stmt, _configurable, _ns, _thread_id
 
 if TYPE_CHECKING:
     from .context import SaverCore
-
-#: How long a ``put_writes`` (a ``put``) waits for this saver's calls running on the same
-#: thread and namespace before it runs anyway (see :func:`namespace_key`).
-PUT_ORDER_WAIT_S = 10.0
-
 
 def next_version(current: str | int | float | None) -> str:
     """Channel versions in the official saver's format: a zero-padded counter, then a
@@ -233,28 +228,3 @@ def _put_writes(
     if ctx.history_cache is not None:
         ctx.history_cache.touched(_thread_id(config), _ns(config), str(checkpoint_id))
     return None
-
-
-def namespace_key(config: RunnableConfig) -> tuple[str, str]:
-    """The (thread, namespace) a put / put_writes goes to, for the savers' ordering of
-    their own calls there: a put_writes after the puts and put_writes running there, a
-    put after the put_writes.
-
-    Under ``durability="async"`` LangGraph's tasks write to their checkpoint while the
-    checkpoint's put, or its parent's, is still running on another thread or task. Run
-    at once, such a write waits in the database for the namespace's row
-    (``checkpoint_epochs``) that the put holds until its commit, and having taken its
-    snapshot before that commit it cannot tell whether its checkpoint was stored
-    meanwhile, so it counts as a late write and every cache of the thread reads the
-    whole chain again (``write.insert_writes``). Waiting here instead, until the puts
-    this saver has in flight there have returned, the write starts after their commit:
-    it sees what they stored, holds no connection while it waits, and is late only when
-    it really is. Likewise every put_writes locks that row until its commit (so does a
-    put): two of them at once, LangGraph's parallel tasks finishing together, or a put
-    and a put_writes, make the second wait in the database for the first one's commit
-    (WAL flush), which was most of our statement time under concurrent sessions; run
-    one after the other, neither holds a connection while it waits. The database
-    decides as before whatever the order (other savers, other processes); this only
-    spares the needless bumps and waits (see the ``load`` section of
-    ``langgraph-delta-pg bench``)."""
-    return (_thread_id(config), _ns(config))  # a config without a thread: ValueError

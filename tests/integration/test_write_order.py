@@ -1,12 +1,11 @@
-"""One saver runs its own put / put_writes of a thread and namespace one at a time.
+"""One saver orders its own put / put_writes of a thread and namespace (_order.py): a
+put runs alone, after the calls that arrived before it; put_writes run together (the
+database lets them: migrations/0007), after the puts that arrived before them. Calls on
+other namespaces run at once, and every write lands, as on the official saver.
 
-Every put and put_writes locks the namespace's row of ``checkpoint_epochs`` until its
-commit (migrations/0006), so two of them on one namespace at once make the second wait
-in the database for the first one's commit (measured by ``langgraph-delta-pg bench
---only load``: most of our statement time under concurrent sessions). The saver orders
-its own calls instead (_ops.write.namespace_key): a put_writes after the puts and put_writes
-running there, a put after the put_writes. Calls on other namespaces still run at once,
-and every write lands, as on the official saver.
+The probe watches every statement-running operation whose config names a thread and
+counts them, so an operation renamed or a call that skips ``_run`` fails the count
+instead of passing unobserved.
 """
 
 from __future__ import annotations
@@ -29,27 +28,55 @@ HOLD_S = 0.05  # each call holds its connection this much longer, to widen any o
 
 
 class _Overlap:
-    """Counts the calls running at once per thread id (the most seen)."""
+    """The calls running at once per thread id: the most put_writes seen together, puts
+    that overlapped another call of their thread, and the order calls started in."""
 
     def __init__(self) -> None:
         self.now: Counter[str] = Counter()
-        self.most: Counter[str] = Counter()
+        self.puts_now: Counter[str] = Counter()
+        self.most_writes: Counter[str] = Counter()
+        self.put_overlaps = 0
         self.most_all = 0  # calls running at once, all threads together
+        self.started: list[tuple[str, str]] = []  # (thread, "put" | "writes")
         self.lock = threading.Lock()
 
-    def enter(self, thread_id: str) -> None:
-        with self.lock:
-            self.now[thread_id] += 1
-            self.most[thread_id] = max(self.most[thread_id], self.now[thread_id])
-            self.most_all = max(self.most_all, sum(self.now.values()))
+    def clear(self) -> None:
+        self.most_writes.clear()
+        self.started.clear()
+        self.most_all = self.put_overlaps = 0
 
-    def leave(self, thread_id: str) -> None:
+    def enter(self, thread_id: str, kind: str) -> None:
+        with self.lock:
+            if self.puts_now[thread_id] or (kind == "put" and self.now[thread_id]):
+                self.put_overlaps += 1
+            self.now[thread_id] += 1
+            if kind == "put":
+                self.puts_now[thread_id] += 1
+            else:
+                self.most_writes[thread_id] = max(
+                    self.most_writes[thread_id], self.now[thread_id]
+                )
+            self.most_all = max(self.most_all, sum(self.now.values()))
+            self.started.append((thread_id, kind))
+
+    def leave(self, thread_id: str, kind: str) -> None:
         with self.lock:
             self.now[thread_id] -= 1
+            if kind == "put":
+                self.puts_now[thread_id] -= 1
 
 
-def _thread_of(op: Any) -> str:
-    return str(op.gi_frame.f_locals["config"]["configurable"]["thread_id"])
+def _watched(op: Any) -> tuple[str, str] | None:
+    """(thread, "put" | "writes") of a put or put_writes operation, None for others."""
+    local = op.gi_frame.f_locals
+    config = local.get("config")
+    if not isinstance(config, dict) or "thread_id" not in config.get("configurable", {}):
+        return None
+    if "checkpoint" in local and "new_versions" in local:
+        return str(config["configurable"]["thread_id"]), "put"
+    if "writes" in local and "task_id" in local:
+        return str(config["configurable"]["thread_id"]), "writes"
+    return None
 
 
 class _SyncProbe(DeltaPostgresSaver):
@@ -57,16 +84,15 @@ class _SyncProbe(DeltaPostgresSaver):
     dsn_for_test: str
 
     def _run(self, op: Any, *, atomic: bool = False) -> Any:
-        if op.__name__ not in ("_op_put", "_put_writes"):
+        if (seen := _watched(op)) is None:
             return super()._run(op, atomic=atomic)
-        tid = _thread_of(op)
-        self.overlap.enter(tid)
+        self.overlap.enter(*seen)
         try:
             out = super()._run(op, atomic=atomic)
             time.sleep(HOLD_S)
             return out
         finally:
-            self.overlap.leave(tid)
+            self.overlap.leave(*seen)
 
 
 class _AsyncProbe(AsyncDeltaPostgresSaver):
@@ -74,16 +100,15 @@ class _AsyncProbe(AsyncDeltaPostgresSaver):
     dsn_for_test: str
 
     async def _run(self, op: Any, *, atomic: bool = False) -> Any:
-        if op.__name__ not in ("_op_put", "_put_writes"):
+        if (seen := _watched(op)) is None:
             return await super()._run(op, atomic=atomic)
-        tid = _thread_of(op)
-        self.overlap.enter(tid)
+        self.overlap.enter(*seen)
         try:
             out = await super()._run(op, atomic=atomic)
             await asyncio.sleep(HOLD_S)
             return out
         finally:
-            self.overlap.leave(tid)
+            self.overlap.leave(*seen)
 
 
 def _writes(n: int) -> list[tuple[str, list[tuple[str, Any]]]]:
@@ -100,9 +125,14 @@ def _pending(tup: Any) -> list[tuple[str, str, Any]]:
 
 
 async def _check(saver: Any, heads: dict[str, Any]) -> None:
-    # one call at a time on each thread's namespace, while the two threads ran at once
-    assert all(saver.overlap.most[t] == 1 for t in heads)
-    assert saver.overlap.most_all >= 2
+    ov = saver.overlap
+    # every call was watched: 6 put_writes and a put per thread
+    assert Counter(ov.started) == Counter(
+        {(t, k): n for t in heads for k, n in (("writes", 6), ("put", 1))}
+    ), ov.started
+    assert ov.put_overlaps == 0, "a put ran beside another call of its namespace"
+    assert all(ov.most_writes[t] >= 2 for t in heads), "put_writes never ran together"
+    assert ov.most_all >= 2
     with official_saver(dsn_of(saver)) as off:
         want = {t: _pending(off.get_tuple(heads[t])) for t in heads}
     assert all(len(v) == 12 for v in want.values())  # every write landed
@@ -122,8 +152,7 @@ async def test_sync_saver_orders_its_calls_per_namespace(dsn: str) -> None:
         saver = _SyncProbe(pool)
         saver.overlap, saver.dsn_for_test = _Overlap(), dsn
         heads = {t: (await put_chain(Uniform(saver), t, 2))[-1] for t in ("wo-a", "wo-b")}
-        saver.overlap.most.clear()
-        saver.overlap.most_all = 0
+        saver.overlap.clear()
         jobs: list[Any] = []
         for (task, w) in _writes(6):  # the two threads' calls interleaved
             jobs += [(saver.put_writes, heads[t], w, task, "~p") for t in heads]
@@ -140,11 +169,14 @@ async def test_async_saver_orders_its_calls_per_namespace(dsn: str) -> None:
         saver = _AsyncProbe(pool)
         saver.overlap, saver.dsn_for_test = _Overlap(), dsn
         heads = {t: (await put_chain(Uniform(saver), t, 2))[-1] for t in ("wo-c", "wo-d")}
-        saver.overlap.most.clear()
-        saver.overlap.most_all = 0
+        saver.overlap.clear()
         calls: list[Any] = []
         for (task, w) in _writes(6):
             calls += [saver.aput_writes(heads[t], w, task, "~p") for t in heads]
         calls += [saver.aput(heads[t], *_child(9)) for t in heads]
         await asyncio.gather(*calls)
+        # the puts arrived last: each started after its thread's put_writes (FIFO)
+        for t in heads:
+            mine = [k for th, k in saver.overlap.started if th == t]
+            assert mine[-1] == "put", mine
         await _check(saver, heads)
