@@ -116,16 +116,6 @@ class Budget:
             for key in [k for k in self._sizes if k[0] in drop]:
                 del self._sizes[key]
 
-    def touched(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
-        """This saver wrote to a checkpoint (put again, or writes added): when a walk
-        visited it before, what the cache holds of its thread may be out of date (writes
-        can be added to a checkpoint that already has children when a run resumes or
-        forks from it: a fork through update_state did so on LangGraph 1.2.0)."""
-        with self._lock:
-            bucket = self._buckets.get((thread_id, ns))
-            if bucket is not None and checkpoint_id in bucket.nodes:
-                self._drop((thread_id, ns))
-
     def clear(self) -> None:
         """Drop everything; what a call planned before is not kept (``generation``)."""
         with self._lock:

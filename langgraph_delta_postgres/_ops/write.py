@@ -161,9 +161,10 @@ def _op_put(
         },
         fetch=False,
     )
+    # The history cache needs no word: a checkpoint put again has a new row (its token
+    # changes), and a write added to one that may have a child moves its namespace's
+    # late-write count (migrations/0007_epoch_triggers.sql), whoever writes.
     _PREFETCH.set(None)
-    if ctx.history_cache is not None:  # the same checkpoint put again
-        ctx.history_cache.touched(thread_id, ns, checkpoint["id"])
     return {
         "configurable": {
             "thread_id": thread_id,
@@ -225,6 +226,4 @@ def _put_writes(
         fetch=False,
     )
     _PREFETCH.set(None)
-    if ctx.history_cache is not None:
-        ctx.history_cache.touched(_thread_id(config), _ns(config), str(checkpoint_id))
     return None

@@ -118,10 +118,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write DIR/benchmarks.md and DIR/img/*.png (plots)")
     p.add_argument("--scale", choices=("full", "quick", "tiny"), help=argparse.SUPPRESS)
     p.add_argument(
-        "--only", choices=("retention", "load", "agent", "replicas"),
+        "--only", choices=("retention", "load", "agent", "replicas", "writes"),
         help="run only this part of the benchmark (agent: a deepagents session, needs the "
         "'agent' extra: " + AGENT_INSTALL_HINT + "; replicas: starts a hot standby of the "
-        "server, see docs/replicas.md)",
+        "server, see docs/replicas.md; writes: a Send fan-out and concurrent runs on one "
+        "thread)",
     )
 
 
@@ -202,6 +203,10 @@ def run(args: argparse.Namespace) -> int:
             from .agent import run_alone as run_agent_alone
 
             results = run_agent_alone(args, scale_name, _server, _command_line(args))
+        elif getattr(args, "only", None) == "writes":
+            from .writes import run_alone as run_writes_alone
+
+            results = run_writes_alone(args, scale_name, _server, _command_line(args))
         elif getattr(args, "only", None) == "load":
             from .load import run_alone as run_load_alone
 
