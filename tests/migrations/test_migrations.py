@@ -48,6 +48,16 @@ def describe(dsn: str, schema: str = "public") -> dict[str, Any]:
                ORDER BY 1, 2""",
             (schema,),
         ).fetchall()
+        triggers = conn.execute(
+            """SELECT t.relname, g.tgname, g.tgenabled, p.proname
+               FROM pg_trigger g JOIN pg_class t ON t.oid = g.tgrelid
+               JOIN pg_namespace n ON n.oid = t.relnamespace
+               JOIN pg_proc p ON p.oid = g.tgfoid
+               JOIN pg_namespace pn ON pn.oid = p.pronamespace
+               WHERE n.nspname = %s AND pn.nspname = %s AND NOT g.tgisinternal
+               ORDER BY 1, 2""",
+            (schema, schema),
+        ).fetchall()
         mig = conn.execute(
             psycopg.sql.SQL("SELECT v FROM {}.checkpoint_migrations ORDER BY v").format(
                 psycopg.sql.Identifier(schema)
@@ -58,6 +68,7 @@ def describe(dsn: str, schema: str = "public") -> dict[str, Any]:
         "columns": cols,
         "indexes": [(t, n, strip.sub("", d)) for t, n, d in idx],
         "constraints": cons,
+        "triggers": triggers,
         "checkpoint_migrations": mig,
     }
 
@@ -115,6 +126,12 @@ def test_replay_equals_official_setup_plus_ours(pg_server: Any) -> None:
                           "checkpoint_migrations", "langgraph_delta_migrations",
                           "checkpoint_epochs"}
         assert [r[:3] for r in ledger(ours)] == [r[:3] for r in ledger(both)]
+        # 0007: the database keeps checkpoint_epochs for every writer
+        assert [(r[0], r[1]) for r in a["triggers"]] == [
+            ("checkpoint_writes", "lgdp_epochs_rewrite"),
+            ("checkpoint_writes", "lgdp_epochs_write"),
+            ("checkpoints", "lgdp_epochs_put"), ("checkpoints", "lgdp_epochs_reput"),
+        ]
         # the official setup() after ours is a no-op
         with psycopg.connect(ours, autocommit=True, row_factory=dict_row) as conn:
             PostgresSaver(conn).setup()  # type: ignore[arg-type]
@@ -180,6 +197,11 @@ def test_schema_option_puts_everything_in_the_schema(empty_dsn: str, dsn: str) -
             "WHERE n.nspname = 'public'"
         ).fetchall()
         assert public == []
+        functions = conn.execute(
+            "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = 'public' AND p.proname LIKE 'lgdp%'"
+        ).fetchall()
+        assert functions == []
     assert describe(empty_dsn, schema) == describe(dsn)
     assert [r[1] for r in ledger(empty_dsn, schema)] == FILES
 
