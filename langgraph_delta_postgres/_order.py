@@ -1,11 +1,12 @@
-"""The order of a saver's own writes on one thread and namespace: FIFO turns, written
-once for the sync and the async saver (no I/O here; the drivers wait).
+"""The order of a saver's own writes: FIFO turns per checkpoint, written once for the
+sync and the async saver (no I/O here; the drivers wait).
 
-A ``put`` takes its turn alone; ``put_writes`` calls take theirs together (the writes of
-LangGraph's parallel tasks), each after every call that arrived before it that it
-conflicts with: a put after the earlier puts and put_writes, a put_writes after the
-earlier puts. A waiter is woken only when its turn comes (one wake-up each), and holds
-no connection while it waits.
+A ``put`` of checkpoint C (child of P) waits for the ``put_writes`` to P that arrived
+before it; a ``put_writes`` to C waits for the put of C that arrived before it. Writes
+of parallel tasks run together, and so do puts; calls on other checkpoints (another
+branch, concurrent runs of one thread, another thread) are not ordered at all. A waiter
+is woken only when its turn comes (one wake-up each), and holds no connection while it
+waits.
 
 Why the saver orders its calls at all, when the database decides whatever the order
 (other savers, other processes: ``migrations/0007_epoch_triggers.sql``): under
@@ -19,10 +20,13 @@ still run, and the next step's put may start while those writes run.
   commit (the namespace's row), holding a connection of the pool meanwhile; here it
   waits for its turn with none.
 
-Before migration 0007 every finished call woke every waiter of the saver, and put_writes
-ran one after another (394 wake-ups for 33 calls in one turn of a 16-task ``Send``
-fan-out), because each held the namespace's row exclusively in the database; since 0007
-writes share it.
+Nothing else needs an order, so nothing else gets one: puts of one parent (forks,
+concurrent runs of one thread) run together, and so do writes. Before, the queues were
+per namespace (a put alone after every earlier call of the thread), and before migration
+0007 every finished call woke every waiter of the saver and put_writes ran one after
+another (394 wake-ups for 33 calls in one turn of a 16-task ``Send`` fan-out), because
+each held the namespace's row exclusively in the database; since 0007 writes share it.
+Measured with ``langgraph-delta-pg bench --only writes`` (docs/benchmarks.md).
 
 A turn waits at most :data:`PUT_ORDER_WAIT_S`, then runs anyway (the database still
 orders it correctly; only the needless bump or wait above can follow). A wait longer
@@ -51,32 +55,52 @@ PUT_ORDER_WAIT_S = 10.0
 #: Waits longer than this are logged and counted.
 SLOW_WAIT_S = 1.0
 
-Key = tuple[str, str]
+Key = tuple[str, str, str]  # (thread, namespace, checkpoint id)
+PUT = "put"
+WRITES = "writes"
 
 
-def namespace_key(config: RunnableConfig) -> Key:
-    """The (thread, namespace) a put / put_writes goes to (a config without a thread:
-    ValueError, as the call itself would raise)."""
-    return (_thread_id(config), _ns(config))
+def put_keys(config: RunnableConfig, checkpoint: Any) -> list[Key]:
+    """A put's places: its parent's queue (after the writes to the parent that arrived
+    before it) and its own checkpoint's (writes to it that arrive later wait for it). A
+    config without a thread: ValueError, as the call itself would raise; a checkpoint
+    that is not one takes no place (the call raises its own error)."""
+    thread, ns = _thread_id(config), _ns(config)
+    parent = (config.get("configurable") or {}).get("checkpoint_id")
+    own = checkpoint.get("id") if isinstance(checkpoint, dict) else None
+    keys = [(thread, ns, str(parent))] if parent and parent != own else []
+    return keys + [(thread, ns, str(own))] if own else keys
+
+
+def writes_keys(config: RunnableConfig) -> list[Key]:
+    """A put_writes' place: its checkpoint's queue."""
+    thread, ns = _thread_id(config), _ns(config)
+    return [(thread, ns, str((config.get("configurable") or {}).get("checkpoint_id")))]
 
 
 class Turn:
-    """One call's place in its namespace's queue. ``signal``: the driver's event
-    (``threading.Event`` or ``asyncio.Event``), set when the turn comes; None when the
-    turn was there on arrival."""
+    """One call's places in the queues of its checkpoints. ``signal``: the driver's
+    event (``threading.Event`` or ``asyncio.Event``), set when the turn comes; None when
+    it was there on arrival."""
 
-    __slots__ = ("key", "alone", "ready", "signal")
+    __slots__ = ("keys", "kind", "ready", "waiting_on", "signal")
 
-    def __init__(self, key: Key, alone: bool) -> None:
-        self.key = key
-        self.alone = alone
+    def __init__(self, keys: list[Key], kind: str) -> None:
+        self.keys = keys
+        self.kind = kind
         self.ready = False
+        self.waiting_on: set[Key] = set()
         self.signal: Any = None
 
 
 class Turns:
-    """The queues of one saver, per (thread, namespace). Thread-safe (one lock, held for
-    a few list operations); the async saver calls it from its event loop only."""
+    """The queues of one saver, per checkpoint. Thread-safe (one lock, held for a few
+    list operations); the async saver calls it from its event loop only.
+
+    In each queue a turn is admitted once every turn ahead of it is of its kind (puts
+    together, put_writes together, in arrival order); a turn runs once admitted in all
+    of its queues. A turn waits only for turns that arrived before it (it arrives in all
+    of its queues at once), so no two turns ever wait for each other."""
 
     def __init__(self, new_signal: Callable[[], Any]) -> None:
         self._new_signal = new_signal
@@ -87,46 +111,51 @@ class Turns:
         self.slow_waits = 0
         self.overdue = 0
 
-    def arrive(self, key: Key, alone: bool) -> Turn:
-        """Queue a call (``alone``: a put); ready at once when nothing it conflicts with
-        is ahead, else with a ``signal`` to wait on."""
-        turn = Turn(key, alone)
+    def arrive(self, keys: list[Key], kind: str) -> Turn:
+        """Queue a call (``kind``: PUT or WRITES) in each of its checkpoints' queues;
+        ready at once when nothing of another kind is ahead in any, else with a
+        ``signal`` to wait on."""
+        turn = Turn(keys, kind)
         with self._lock:
-            queue = self._queues.get(key)
-            if queue is None:
-                queue = self._queues[key] = deque()
-            if not queue or (not alone and not any(t.alone for t in queue)):
-                turn.ready = True
-            else:
+            for key in keys:
+                queue = self._queues.get(key)
+                if queue is None:
+                    queue = self._queues[key] = deque()
+                elif any(t.kind != kind for t in queue):
+                    turn.waiting_on.add(key)
+                queue.append(turn)
+            if turn.waiting_on:
                 turn.signal = self._new_signal()
                 self.waits += 1
-            queue.append(turn)
+            else:
+                turn.ready = True
         return turn
 
     def leave(self, turn: Turn) -> None:
-        """The call returned (or raised): hand the turn on."""
+        """The call returned (or raised): hand its places on."""
+        woken = []
         with self._lock:
-            queue = self._queues[turn.key]
-            queue.remove(turn)
-            if not queue:
-                del self._queues[turn.key]
-                return
-            woken = []
-            for i, t in enumerate(queue):
-                if t.alone:
-                    if i == 0 and not t.ready:
-                        woken.append(t)
-                    break
-                if not t.ready:
-                    woken.append(t)
-            for t in woken:
-                t.ready = True
+            for key in turn.keys:
+                queue = self._queues[key]
+                queue.remove(turn)
+                if not queue:
+                    del self._queues[key]
+                    continue
+                head = queue[0].kind
+                for t in queue:  # the leading run of one kind is admitted here
+                    if t.kind != head:
+                        break
+                    if key in t.waiting_on:
+                        t.waiting_on.discard(key)
+                        if not t.waiting_on and not t.ready:
+                            t.ready = True
+                            woken.append(t)
         for t in woken:
             t.signal.set()
 
     def give_up(self, turn: Turn) -> None:
         """The turn did not come within PUT_ORDER_WAIT_S: it runs anyway (and keeps its
-        place, so the calls behind it still wait for it)."""
+        places, so the calls behind it still wait for it)."""
         with self._lock:
             if turn.ready:
                 return
@@ -135,7 +164,7 @@ class Turns:
         log.warning(
             "langgraph-delta-postgres: a %s on thread %r namespace %r waited %.0f s for "
             "this saver's earlier calls there and runs anyway",
-            "put" if turn.alone else "put_writes", turn.key[0], turn.key[1], PUT_ORDER_WAIT_S,
+            turn.kind, turn.keys[0][0], turn.keys[0][1], PUT_ORDER_WAIT_S,
         )
 
     def waited(self, turn: Turn, seconds: float) -> None:
@@ -147,7 +176,7 @@ class Turns:
         log.warning(
             "langgraph-delta-postgres: a %s on thread %r namespace %r waited %.1f s for "
             "this saver's earlier calls there",
-            "put" if turn.alone else "put_writes", turn.key[0], turn.key[1], seconds,
+            turn.kind, turn.keys[0][0], turn.keys[0][1], seconds,
         )
 
     def counters(self) -> dict[str, int]:
@@ -156,9 +185,9 @@ class Turns:
 
 
 @contextmanager
-def hold(turns: Turns, key: Key, alone: bool) -> Iterator[None]:
+def hold(turns: Turns, keys: list[Key], kind: str) -> Iterator[None]:
     """The sync saver's turn (a thread waits on a ``threading.Event``)."""
-    turn = turns.arrive(key, alone)
+    turn = turns.arrive(keys, kind)
     try:
         if not turn.ready:
             started = time.monotonic()
@@ -171,10 +200,10 @@ def hold(turns: Turns, key: Key, alone: bool) -> Iterator[None]:
 
 
 @asynccontextmanager
-async def ahold(turns: Turns, key: Key, alone: bool) -> AsyncIterator[None]:
+async def ahold(turns: Turns, keys: list[Key], kind: str) -> AsyncIterator[None]:
     """The async saver's turn (a task waits on an ``asyncio.Event``; cancelled while it
-    waits, it leaves the queue)."""
-    turn = turns.arrive(key, alone)
+    waits, it leaves the queues)."""
+    turn = turns.arrive(keys, kind)
     try:
         if not turn.ready:
             started = time.monotonic()

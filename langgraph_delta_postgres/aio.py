@@ -37,7 +37,7 @@ from ._ops.history import _op_delta_history, wanted_channels
 from ._ops.maintenance import _op_copy_thread, _op_delete_thread
 from ._ops.retention import PruneStats, _op_delete_for_runs, _op_delta_keepset, prune_ops
 from ._ops.write import _op_put, _op_put_writes
-from ._order import Turns, ahold, namespace_key
+from ._order import PUT, WRITES, Turns, ahold, put_keys, writes_keys
 from ._server import StaleServerError
 
 AsyncConn = AsyncConnection[Any] | AsyncConnectionPool[Any]
@@ -329,7 +329,7 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        async with ahold(self._turns, namespace_key(config), alone=True):
+        async with ahold(self._turns, put_keys(config, checkpoint), PUT):
             return await self._run(_op_put(self, config, checkpoint, metadata, new_versions))
 
     async def aput_writes(
@@ -339,7 +339,7 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        async with ahold(self._turns, namespace_key(config), alone=False):
+        async with ahold(self._turns, writes_keys(config), WRITES):
             await self._run(_op_put_writes(self, config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:

@@ -37,7 +37,7 @@ from ._ops.history import _op_delta_history, wanted_channels
 from ._ops.maintenance import _op_copy_thread, _op_delete_thread
 from ._ops.retention import PruneStats, _op_delete_for_runs, _op_delta_keepset, prune_ops
 from ._ops.write import _op_put, _op_put_writes
-from ._order import Turns, hold, namespace_key
+from ._order import PUT, WRITES, Turns, hold, put_keys, writes_keys
 from ._server import StaleServerError
 
 SyncConn = Connection[Any] | ConnectionPool[Any]
@@ -231,7 +231,7 @@ class DeltaPostgresSaver(SaverCore):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        with hold(self._turns, namespace_key(config), alone=True):
+        with hold(self._turns, put_keys(config, checkpoint), PUT):
             return self._run(_op_put(self, config, checkpoint, metadata, new_versions))
 
     def put_writes(
@@ -241,7 +241,7 @@ class DeltaPostgresSaver(SaverCore):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        with hold(self._turns, namespace_key(config), alone=False):
+        with hold(self._turns, writes_keys(config), WRITES):
             self._run(_op_put_writes(self, config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:

@@ -1,7 +1,7 @@
-"""One saver orders its own put / put_writes of a thread and namespace (_order.py): a
-put runs alone, after the calls that arrived before it; put_writes run together (the
-database lets them: migrations/0007), after the puts that arrived before them. Calls on
-other namespaces run at once, and every write lands, as on the official saver.
+"""One saver orders its own put / put_writes per checkpoint (_order.py): a put after the
+put_writes to its parent that arrived before it; put_writes to a checkpoint together
+(the database lets them: migrations/0007), after its put. Calls on other checkpoints run
+at once, and every write lands, as on the official saver.
 
 The probe watches every statement-running operation whose config names a thread and
 counts them, so an operation renamed or a call that skips ``_run`` fails the count
