@@ -25,7 +25,12 @@ from langgraph.checkpoint.base.id import uuid6
 from langgraph.graph import StateGraph
 from langgraph.types import Command
 
-from langgraph_delta_postgres import DeltaPostgresSaver, HistoryError
+from langgraph_delta_postgres import (
+    AsyncDeltaPostgresSaver,
+    DeltaPostgresSaver,
+    HistoryError,
+    PrunedValueError,
+)
 from tests.graph._graphs import observe_snapshot
 from tests.graph._util import (
     Step,
@@ -38,6 +43,7 @@ from tests.graph._util import (
 )
 from tests.graph.test_delta_graphs import chat_builder, fanout_builder, subgraph_builder
 from tests.graph.test_history_differential import CHANNELS, forks, linear, namespaces
+from tests.graph.test_maintenance_race import _graph as _race_graph
 
 QUERY_CHANNELS: list[list[str]] = [CHANNELS, ["msgs"], ["never_written", "count"], []]
 
@@ -598,3 +604,128 @@ def test_delete_for_runs_logs_only_what_it_kept_of_the_runs_asked_for(
             ours.delete_for_runs(["r5"])
         assert not of_run("r5")
         assert "kept" not in caplog.text
+
+
+# ------------------------------------------------- a run forking from what prune deletes
+#
+# The state tests/graph/test_maintenance_race.py's keep_latest races leave (a census of
+# that race counted 11 in three 4 s runs): runner A forks from checkpoint P (an
+# update_state on it, as a runner that loaded P before another runner moved the thread
+# on does); its put probes P's snapshot blob of "log" and claims it, but commits after a
+# prune that kept only the newer head and deleted P with that blob. A's checkpoint then
+# names a DeltaChannel value that is gone, and its parent is gone. Read as "not stored"
+# (as a delete of the whole thread racing a put is, test_integrity's issue repro), its
+# state silently restarted from an empty "log" (8 entries at the fork, 0 after it, before
+# PrunedValueError existed; the official saver reads it so too); a load of it now raises
+# PrunedValueError naming the thread, namespace, checkpoint, channel and missing parent.
+
+
+def _fork_point(g: Any, thread: str) -> tuple[dict[str, Any], str]:
+    """Two turns, then a third from another runner: the config of the head the fork
+    starts from (the second turn's last checkpoint, a snapshot of "log") and its id."""
+    for i in range(2):
+        g.invoke({"log": [f"u{i}"]}, T(thread))
+    base = g.get_state(T(thread)).config
+    g.invoke({"log": ["u2"]}, T(thread))  # the newer head prune keeps
+    return base, base["configurable"]["checkpoint_id"]
+
+
+def _gone_claims(dsn: str, thread: str) -> list[tuple[str, str]]:
+    """(checkpoint, channel) of every claim of the thread whose value is gone."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return [
+            (r[0], r[1])
+            for r in conn.execute(
+                """SELECT c.checkpoint_id, ch
+                   FROM checkpoints AS c, unnest(c.stored_channels) AS ch
+                   WHERE c.thread_id = %s
+                     AND jsonb_typeof(c.checkpoint -> 'channel_values' -> ch)
+                         IS DISTINCT FROM 'string'
+                     AND NOT EXISTS (
+                         SELECT 1 FROM checkpoint_blobs AS b
+                         WHERE b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns
+                           AND b.channel = ch
+                           AND b.version = c.checkpoint -> 'channel_versions' ->> ch)""",
+                (thread,),
+            )
+        ]
+
+
+def test_a_run_forking_from_what_prune_deletes_gets_a_clear_error(dsn: str) -> None:
+    with (
+        psycopg.connect(dsn, autocommit=True) as conn,
+        psycopg.connect(dsn) as run_conn,  # runner A: its put stays open over the prune
+    ):
+        ours = DeltaPostgresSaver(conn)
+        g = _race_graph(ours)
+        base, parent = _fork_point(g, "F")
+        with run_conn.transaction():
+            forked = _race_graph(DeltaPostgresSaver(run_conn)).update_state(
+                base, {"note": "fork"}, as_node="c"
+            )
+            stats = ours.prune(["F"])  # does not see A's checkpoint, deletes its parent
+        assert stats.checkpoints > 0 and stats.blobs > 0
+        cid = forked["configurable"]["checkpoint_id"]
+        assert _gone_claims(dsn, "F") == [(cid, "log")]
+        for saver in (ours, DeltaPostgresSaver(conn, cache_bytes=0)):
+            gr = _race_graph(saver)
+            loads: list[Callable[[], Any]] = [
+                lambda gr=gr: gr.get_state(T("F")),
+                lambda gr=gr: gr.invoke(None, forked),
+                lambda gr=gr: gr.invoke({"log": ["next"]}, T("F")),
+            ]
+            for load in loads:
+                with pytest.raises(PrunedValueError) as err:
+                    load()
+                msg = str(err.value)
+                for part in (repr("F"), "namespace ''", repr(cid), repr("log"), repr(parent),
+                             "prune"):
+                    assert part in msg, (part, msg)
+            with pytest.raises(PrunedValueError):
+                saver.get_delta_channel_history(config=forked, channels=["log"])
+        # the checkpoint itself still reads (without the value it lost)
+        tup = ours.get_tuple(forked)
+        assert tup is not None and "log" not in tup.checkpoint["channel_values"]
+        # runner A went on in memory: a child of its checkpoint (a step that wrote "log"
+        # and stored no value) cannot be rebuilt either; the error names the ancestor
+        child = dict(tup.checkpoint, id=str(uuid6(clock_seq=7)))
+        version = ours.get_next_version(child["channel_versions"]["log"], None)
+        child["channel_versions"] = {**child["channel_versions"], "log": version}
+        child["channel_values"] = {"note": "fork"}
+        below = ours.put(forked, child, {"source": "loop", "step": 9, "parents": {},
+                                         "counters_since_delta_snapshot": {"log": [1, 1]}},
+                         {"log": version})
+        with pytest.raises(PrunedValueError, match=f"checkpoint {cid!r} of its chain"):
+            ours.get_delta_channel_history(config=below, channels=["log"])
+        with pytest.raises(PrunedValueError, match=re.escape(repr(cid))):
+            _race_graph(ours).get_state(T("F"))
+
+
+async def test_a_run_forking_from_what_aprune_deletes_gets_a_clear_error(dsn: str) -> None:
+    async with (
+        await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn,
+        await psycopg.AsyncConnection.connect(dsn) as run_conn,
+    ):
+        ours = AsyncDeltaPostgresSaver(conn)
+        g = _race_graph(ours)
+        for i in range(2):
+            await g.ainvoke({"log": [f"u{i}"]}, T("F"))
+        base = (await g.aget_state(T("F"))).config
+        await g.ainvoke({"log": ["u2"]}, T("F"))
+        async with run_conn.transaction():
+            forked = await _race_graph(AsyncDeltaPostgresSaver(run_conn)).aupdate_state(
+                base, {"note": "fork"}, as_node="c"
+            )
+            stats = await ours.aprune(["F"])
+        assert stats.checkpoints > 0 and stats.blobs > 0
+        cid = forked["configurable"]["checkpoint_id"]
+        assert _gone_claims(dsn, "F") == [(cid, "log")]
+        for saver in (ours, AsyncDeltaPostgresSaver(conn, cache_bytes=0)):
+            gr = _race_graph(saver)
+            with pytest.raises(PrunedValueError, match=re.escape(repr(cid))):
+                await gr.aget_state(T("F"))
+            with pytest.raises(PrunedValueError, match="'log'"):
+                await gr.ainvoke({"log": ["next"]}, T("F"))
+            with pytest.raises(PrunedValueError, match=re.escape(repr(base["configurable"]
+                                                                       ["checkpoint_id"]))):
+                await saver.aget_delta_channel_history(config=forked, channels=["log"])
