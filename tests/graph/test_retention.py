@@ -318,6 +318,44 @@ def test_prune_keeps_what_the_head_needs(dsn: str, shape: str, keep_last: int) -
             assert (again.checkpoints, again.writes, again.blobs) == (0, 0, 0)
 
 
+def expected_keep(steps: Sequence[Step], keep_last: int) -> set[str]:
+    """What prune(keep_last=...) keeps of ``steps``: per namespace the keep_last latest of
+    the head's chain and the keep-set of the oldest of them."""
+    keep: set[str] = set()
+    for h in latest_by_ns(steps).values():
+        ns_steps = [s for s in steps if s.ns == h.ns]
+        chain = chain_of(steps, h, keep_last)
+        keep |= py_keepset(ns_steps, chain[-1].checkpoint_id, CHANNELS)
+        keep |= {s.checkpoint_id for s in chain}
+    return keep
+
+
+@pytest.mark.parametrize("keep_last", [None, 3, 8])
+async def test_aprune_keeps_what_prune_keeps(dsn: str, keep_last: int | None) -> None:
+    """The async saver's prune passes keep_last on: exactly the keep_last latest of every
+    namespace and their keep-set are left, as prune leaves them, and dry_run counted it."""
+    steps = with_counters(namespaces(random.Random("aprune"), 60))
+    want = expected_keep(steps, keep_last or 1)
+    if keep_last is not None:  # keep_last decides what is left here
+        assert want > expected_keep(steps, 1), keep_last
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ours = DeltaPostgresSaver(conn)
+        for thread in ("A", "S"):
+            write_thread(dsn, ours, thread, steps)
+        synced = ours.prune(["S"], keep_last=keep_last)
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+        saver = AsyncDeltaPostgresSaver(aconn)
+        dry = await saver.aprune(["A"], keep_last=keep_last, dry_run=True)
+        done = await saver.aprune(["A"], keep_last=keep_last)
+        assert done == dry == synced
+        every_ns = {"configurable": {"thread_id": "A"}}
+        left = {t.config["configurable"]["checkpoint_id"] async for t in saver.alist(every_ns)}
+        assert left == want
+        assert done.checkpoints == len(steps) - len(want)
+        again = await saver.aprune(["A"], keep_last=keep_last)
+        assert (again.checkpoints, again.writes, again.blobs) == (0, 0, 0)
+
+
 def test_prune_before_and_argument_errors(dsn: str) -> None:
     steps = with_counters(linear(random.Random(4), 10))
     with psycopg.connect(dsn, autocommit=True) as conn:
