@@ -30,6 +30,7 @@ from langgraph_delta_postgres import (
     DeltaPostgresSaver,
     HistoryError,
     PrunedValueError,
+    PruneStats,
 )
 from tests.graph._graphs import observe_snapshot
 from tests.graph._util import (
@@ -383,6 +384,63 @@ def test_prune_before_and_argument_errors(dsn: str) -> None:
         assert len(list(ours.list(cfg("T")))) == 10
         assert ours.prune(["T"], strategy="delete_all").checkpoints == 10
         assert list(ours.list(cfg("T"))) == []
+
+
+def latest_ts(dsn: str, thread: str) -> datetime:
+    """The ``ts`` of the thread's latest checkpoint, over its namespaces (each namespace's
+    head: its highest id), as prune(before=...) reads it."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        heads = conn.execute(
+            "SELECT DISTINCT ON (checkpoint_ns) checkpoint ->> 'ts' FROM checkpoints "
+            "WHERE thread_id = %s ORDER BY checkpoint_ns, checkpoint_id DESC",
+            (thread,),
+        ).fetchall()
+    assert len(heads) > 1  # several namespaces: the newest head decides
+    return max(datetime.fromisoformat(h[0]) for h in heads)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("strategy", ["keep_latest", "delete"])
+async def test_prune_before_spares_a_thread_whose_latest_is_exactly_before(
+    dsn: str, mode: str, strategy: str
+) -> None:
+    """docs/retention.md: ``before`` prunes "only threads whose latest checkpoint (its ts)
+    is older". At the boundary: a thread whose latest checkpoint's ts equals ``before`` is
+    not older, so it is spared (not counted, nothing deleted, dry run too); one microsecond
+    later it is older, and pruned."""
+    steps = with_counters(namespaces(random.Random("before"), 20))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        write_thread(dsn, DeltaPostgresSaver(conn), "B", steps)
+    cut = latest_ts(dsn, "B")
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            sync_saver = DeltaPostgresSaver(conn)
+            async_saver = AsyncDeltaPostgresSaver(aconn)
+
+            async def prune(before: datetime, dry_run: bool = False) -> PruneStats:
+                if mode == "sync":
+                    return sync_saver.prune(["B"], strategy=strategy, before=before,
+                                            dry_run=dry_run)
+                return await async_saver.aprune(["B"], strategy=strategy, before=before,
+                                                dry_run=dry_run)
+
+            def rows() -> int:
+                got = conn.execute(
+                    "SELECT count(*) FROM checkpoints WHERE thread_id = 'B'"
+                ).fetchone()
+                assert got is not None
+                return int(got[0])
+
+            assert await prune(cut, dry_run=True) == PruneStats()
+            assert await prune(cut) == PruneStats()
+            assert rows() == len(steps)
+            later = cut + timedelta(microseconds=1)
+            dry = await prune(later, dry_run=True)
+            assert dry.threads == 1 and dry.checkpoints > 0 and rows() == len(steps)
+            assert await prune(later) == dry
+            assert rows() == len(steps) - dry.checkpoints
+            if strategy == "delete":
+                assert rows() == 0
 
 
 # ----------------------------------------------------------------------------- real graphs
