@@ -18,6 +18,17 @@ class HistoryError(RuntimeError):
     parent pointers) or deeper than ``max_history_depth``."""
 
 
+class PrunedValueError(HistoryError):
+    """A checkpoint's state cannot be rebuilt: a value of a channel LangGraph replays
+    (a DeltaChannel) that the checkpoint, or one of its chain, claims to store is gone,
+    and so is that checkpoint's parent, while older checkpoints of its namespace remain.
+    Retention (``prune``, ``delete_for_runs``; or ``delete_thread`` while several runs
+    wrote to the thread) deleted them while a run was writing this checkpoint on top of
+    them (a run forking from a checkpoint prune was deleting). Read on, the state would
+    silently restart from an empty value. Raised by ``get_delta_channel_history``; a
+    subclass of :class:`HistoryError`."""
+
+
 class CorruptCheckpointError(RuntimeError):
     """A stored checkpoint row is not a checkpoint (e.g. its JSON is ``{}``)."""
 

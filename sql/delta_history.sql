@@ -41,9 +41,11 @@
 --
 -- Result columns (one row set, in this order; the driver reads them by position)
 --   kind        'c' visited checkpoint | 'h' held stop | 's' seed | 'w' write |
---               'x' walk stopped on bad data (see Termination)
---   channel     the channel the row belongs to ('h', 's', 'w')
---   task_id     the write's task ('w'); for 'c': the checkpoint's parent id
+--               'x' walk stopped on bad data (see Termination) or a value gone (see
+--               Values gone)
+--   channel     the channel the row belongs to ('h', 's', 'w'; 'x' of a value gone)
+--   task_id     the write's task ('w'); for 'c': the checkpoint's parent id; for an
+--               'x' row of a value gone: the missing parent's id
 --   type, blob  serialized write or seed blob; for a seed the client holds: type set,
 --               blob NULL; NULL for an inline seed
 --   inline      's': the inline primitive seed (no blob); 'c': jsonb array of the
@@ -51,7 +53,8 @@
 --   checkpoint_id  the checkpoint the row comes from
 --   ref         'c': the checkpoint's token (row xmin '/' late-write count);
 --               's' with a blob: version || chr(31) ||
---               the blob row's xmin (the seed's cache key)
+--               the blob row's xmin (the seed's cache key); 'x': 'cycle', 'depth' or
+--               'gone'
 --   Rows come oldest checkpoint first, by `pos`: for the step-by-step walk its depth
 --   (distance from the target, 1 = its parent) as 8 hex digits of 2^31-1 - depth, for a
 --   verified stretch (see Range walk) the checkpoint id, whose byte order is the chain's
@@ -96,6 +99,24 @@
 --       `ups` holds one id per clock switch (no O(depth^2) path array, and no
 --       SEARCH/CYCLE clause, which distributed Postgres does not route);
 --     * depth capped at %(max_depth)s with channels still walking.
+--
+-- Values gone
+--   A claim (stored_channels) whose value is gone reads as "not stored" and the walk goes
+--   on below it (see The walk). One shape of it is no corruption by hand but what a
+--   maintenance call racing a run leaves: a run forks from checkpoint P (a runner that
+--   loaded P before another one moved the thread on, an update_state on P); its put
+--   probes the value P stored (or carried) and claims it, but commits after a prune
+--   (delete_for_runs) that did not see it and deleted P with that value. The new
+--   checkpoint names a value that is gone, and its parent is gone: read on, its state
+--   would silently restart from the channel's empty value. So, per requested channel, a
+--   checkpoint of the walk, or the target itself (`target_gone`), that claims the
+--   channel without a value to back the claim emits an 'x' row (ref 'gone') when its
+--   parent is missing too and the namespace still holds a checkpoint with a lower id;
+--   the caller raises PrunedValueError. A delete of the whole thread racing a put leaves
+--   the same claim with no older checkpoint behind it: the thread was deleted, the run
+--   started it again, and that reads as before (tests/integration/test_integrity.py,
+--   the issue repro). A claim whose value is gone under a parent that is still there
+--   (only a deletion by hand makes one) reads as before too.
 --
 -- Plan shape
 --   Every correlated lookup is a LATERAL subquery with LIMIT 1 / OFFSET 0 (or a scalar
@@ -175,7 +196,7 @@
 -- non-"empty" blob at that version (what checkpoints.tuples_of returns as the value).
 WITH RECURSIVE
 target AS (
-    SELECT t.checkpoint_id, t.parent_checkpoint_id,
+    SELECT t.checkpoint_id, t.parent_checkpoint_id, t.stored_channels, t.checkpoint,
            coalesce(%(channels)s::text[], ARRAY(
                SELECT k.ch
                FROM jsonb_object_keys(CASE
@@ -199,14 +220,16 @@ target AS (
                ORDER BY 1
            )) AS channels
     FROM (
-        SELECT t.checkpoint_id, t.parent_checkpoint_id, t.checkpoint, t.metadata
+        SELECT t.checkpoint_id, t.parent_checkpoint_id, t.checkpoint, t.metadata,
+               t.stored_channels
         FROM {s}checkpoints AS t
         WHERE t.thread_id = %(thread_id)s
           AND t.checkpoint_ns = %(checkpoint_ns)s
           AND t.checkpoint_id = %(checkpoint_id)s::text
         UNION ALL
         (
-            SELECT t.checkpoint_id, t.parent_checkpoint_id, t.checkpoint, t.metadata
+            SELECT t.checkpoint_id, t.parent_checkpoint_id, t.checkpoint, t.metadata,
+                   t.stored_channels
             FROM {s}checkpoints AS t
             WHERE t.thread_id = %(thread_id)s
               AND t.checkpoint_ns = %(checkpoint_ns)s
@@ -215,6 +238,29 @@ target AS (
             LIMIT 1
         )
     ) AS t
+),
+-- The channels of those the target claims (stored_channels) with no value left to back
+-- the claim (no inline primitive, no non-"empty" blob at its version): see "Values gone"
+-- in the header. Read only by the 'x' rows of `rows`; probed only when the target claims
+-- one of the channels (LangGraph asks the history of a channel the target has no value
+-- for: a claim there is rare).
+target_gone AS (
+    SELECT t.checkpoint_id, t.parent_checkpoint_id, c.ch
+    FROM target AS t
+    CROSS JOIN LATERAL unnest(t.channels) AS c(ch)
+    WHERE t.stored_channels && t.channels
+      AND c.ch = ANY (t.stored_channels)
+      AND NOT coalesce(jsonb_typeof(t.checkpoint -> 'channel_values' -> c.ch)
+                       IN ('string', 'number', 'boolean'), FALSE)
+      AND (
+          SELECT TRUE FROM {s}checkpoint_blobs AS b
+          WHERE b.thread_id = %(thread_id)s
+            AND b.checkpoint_ns = %(checkpoint_ns)s
+            AND b.channel = c.ch
+            AND b.version = t.checkpoint -> 'channel_versions' ->> c.ch
+            AND b.type <> 'empty'
+          LIMIT 1
+      ) IS NULL
 ),
 -- The namespace's late-write count (migrations/0006_checkpoint_epochs.sql), read in this
 -- statement's snapshot: part of every visited checkpoint's token (the row's xmin, '/',
@@ -337,6 +383,8 @@ fast_walk AS (
             SELECT z.ch FROM unnest(f.chans, f.seed_ids) AS z(ch, sid)
             WHERE z.sid = st.checkpoint_id
         ) AS seeded,
+        -- a verified stretch holds no claim without its value (`fast`)
+        '{{}}'::text[] AS claimed,
         FALSE AS looped
     FROM fast AS f
     CROSS JOIN stretch AS st
@@ -351,6 +399,7 @@ stepwalk AS (
         t.channels AS active,
         '{{}}'::text[] AS held,
         '{{}}'::text[] AS seeded,
+        '{{}}'::text[] AS claimed,
         '{{}}'::text[] AS ups,
         FALSE AS looped
     FROM target AS t
@@ -386,6 +435,17 @@ stepwalk AS (
                   )
             )
         END AS seeded,
+        -- the active channels the row claims (not held): those of them not seeded are
+        -- claims whose value is gone ("Values gone" in the header); on the common step
+        -- (the row claims none) no array is built
+        CASE
+            WHEN p.stored_channels IS NULL OR NOT (p.stored_channels && n.active)
+                THEN '{{}}'::text[]
+            ELSE ARRAY(
+                SELECT ch FROM unnest(n.active) AS ch
+                WHERE ch = ANY (p.stored_channels) AND ch <> ALL (h.held)
+            )
+        END AS claimed,
         CASE WHEN p.checkpoint_id < w.checkpoint_id THEN w.ups
              ELSE w.ups || p.checkpoint_id
         END AS ups,
@@ -428,12 +488,12 @@ stepwalk AS (
 -- `pos`, the key that orders the result (see "Result columns" in the header).
 walk AS (
     SELECT w.depth, w.checkpoint_id, w.parent_checkpoint_id, w.xmin, w.active, w.held,
-           w.seeded, w.looped, FALSE AS fast,
+           w.seeded, w.claimed, w.looped, FALSE AS fast,
            lpad(to_hex(2147483647 - w.depth), 8, '0') AS pos
     FROM stepwalk AS w
     UNION ALL
     SELECT f.depth, f.checkpoint_id, f.parent_checkpoint_id, f.xmin, f.active, f.held,
-           f.seeded, f.looped, TRUE AS fast, f.checkpoint_id AS pos
+           f.seeded, f.claimed, f.looped, TRUE AS fast, f.checkpoint_id AS pos
     FROM fast_walk AS f
 )
 
@@ -595,6 +655,49 @@ FROM (
                SELECT 1 FROM unnest(w.active) AS ch
                WHERE ch <> ALL (w.held) AND ch <> ALL (w.seeded)
            ))
+    UNION ALL
+    -- A value gone ("Values gone" in the header): per channel a checkpoint of the walk (or
+    -- the target) claims but has no value for, when that checkpoint's parent is gone too
+    -- and the namespace still holds an older checkpoint. task_id: the missing parent.
+    -- The two lookups run only for such a claim.
+    SELECT
+        'x'::text AS kind,
+        g.pos AS pos,
+        g.ch AS channel,
+        g.parent_checkpoint_id AS task_id,
+        NULL::text AS task_path,
+        NULL::integer AS idx,
+        NULL::text AS type,
+        NULL::bytea AS blob,
+        NULL::jsonb AS inline,
+        g.checkpoint_id AS checkpoint_id,
+        'gone'::text AS ref
+    FROM (
+        SELECT w.pos, z.ch, w.checkpoint_id, w.parent_checkpoint_id
+        FROM walk AS w
+        CROSS JOIN LATERAL unnest(w.claimed) AS z(ch)
+        WHERE w.depth > 0 AND NOT w.looped AND cardinality(w.claimed) > 0
+          AND z.ch <> ALL (w.seeded)
+        UNION ALL
+        SELECT lpad(to_hex(2147483647), 8, '0'), tg.ch, tg.checkpoint_id,
+               tg.parent_checkpoint_id
+        FROM target_gone AS tg
+    ) AS g
+    WHERE g.parent_checkpoint_id IS NOT NULL
+      AND (
+          SELECT TRUE FROM {s}checkpoints AS p
+          WHERE p.thread_id = %(thread_id)s
+            AND p.checkpoint_ns = %(checkpoint_ns)s
+            AND p.checkpoint_id = g.parent_checkpoint_id
+          LIMIT 1
+      ) IS NULL
+      AND (
+          SELECT TRUE FROM {s}checkpoints AS o
+          WHERE o.thread_id = %(thread_id)s
+            AND o.checkpoint_ns = %(checkpoint_ns)s
+            AND o.checkpoint_id < g.checkpoint_id
+          LIMIT 1
+      ) IS NOT NULL
 
 -- name: order_rows
 ) AS r

@@ -25,7 +25,13 @@ from langgraph.checkpoint.base.id import uuid6
 from langgraph.graph import StateGraph
 from langgraph.types import Command
 
-from langgraph_delta_postgres import DeltaPostgresSaver, HistoryError
+from langgraph_delta_postgres import (
+    AsyncDeltaPostgresSaver,
+    DeltaPostgresSaver,
+    HistoryError,
+    PrunedValueError,
+    PruneStats,
+)
 from tests.graph._graphs import observe_snapshot
 from tests.graph._util import (
     Step,
@@ -38,6 +44,7 @@ from tests.graph._util import (
 )
 from tests.graph.test_delta_graphs import chat_builder, fanout_builder, subgraph_builder
 from tests.graph.test_history_differential import CHANNELS, forks, linear, namespaces
+from tests.graph.test_maintenance_race import _graph as _race_graph
 
 QUERY_CHANNELS: list[list[str]] = [CHANNELS, ["msgs"], ["never_written", "count"], []]
 
@@ -312,6 +319,44 @@ def test_prune_keeps_what_the_head_needs(dsn: str, shape: str, keep_last: int) -
             assert (again.checkpoints, again.writes, again.blobs) == (0, 0, 0)
 
 
+def expected_keep(steps: Sequence[Step], keep_last: int) -> set[str]:
+    """What prune(keep_last=...) keeps of ``steps``: per namespace the keep_last latest of
+    the head's chain and the keep-set of the oldest of them."""
+    keep: set[str] = set()
+    for h in latest_by_ns(steps).values():
+        ns_steps = [s for s in steps if s.ns == h.ns]
+        chain = chain_of(steps, h, keep_last)
+        keep |= py_keepset(ns_steps, chain[-1].checkpoint_id, CHANNELS)
+        keep |= {s.checkpoint_id for s in chain}
+    return keep
+
+
+@pytest.mark.parametrize("keep_last", [None, 3, 8])
+async def test_aprune_keeps_what_prune_keeps(dsn: str, keep_last: int | None) -> None:
+    """The async saver's prune passes keep_last on: exactly the keep_last latest of every
+    namespace and their keep-set are left, as prune leaves them, and dry_run counted it."""
+    steps = with_counters(namespaces(random.Random("aprune"), 60))
+    want = expected_keep(steps, keep_last or 1)
+    if keep_last is not None:  # keep_last decides what is left here
+        assert want > expected_keep(steps, 1), keep_last
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ours = DeltaPostgresSaver(conn)
+        for thread in ("A", "S"):
+            write_thread(dsn, ours, thread, steps)
+        synced = ours.prune(["S"], keep_last=keep_last)
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+        saver = AsyncDeltaPostgresSaver(aconn)
+        dry = await saver.aprune(["A"], keep_last=keep_last, dry_run=True)
+        done = await saver.aprune(["A"], keep_last=keep_last)
+        assert done == dry == synced
+        every_ns = {"configurable": {"thread_id": "A"}}
+        left = {t.config["configurable"]["checkpoint_id"] async for t in saver.alist(every_ns)}
+        assert left == want
+        assert done.checkpoints == len(steps) - len(want)
+        again = await saver.aprune(["A"], keep_last=keep_last)
+        assert (again.checkpoints, again.writes, again.blobs) == (0, 0, 0)
+
+
 def test_prune_before_and_argument_errors(dsn: str) -> None:
     steps = with_counters(linear(random.Random(4), 10))
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -339,6 +384,63 @@ def test_prune_before_and_argument_errors(dsn: str) -> None:
         assert len(list(ours.list(cfg("T")))) == 10
         assert ours.prune(["T"], strategy="delete_all").checkpoints == 10
         assert list(ours.list(cfg("T"))) == []
+
+
+def latest_ts(dsn: str, thread: str) -> datetime:
+    """The ``ts`` of the thread's latest checkpoint, over its namespaces (each namespace's
+    head: its highest id), as prune(before=...) reads it."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        heads = conn.execute(
+            "SELECT DISTINCT ON (checkpoint_ns) checkpoint ->> 'ts' FROM checkpoints "
+            "WHERE thread_id = %s ORDER BY checkpoint_ns, checkpoint_id DESC",
+            (thread,),
+        ).fetchall()
+    assert len(heads) > 1  # several namespaces: the newest head decides
+    return max(datetime.fromisoformat(h[0]) for h in heads)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("strategy", ["keep_latest", "delete"])
+async def test_prune_before_spares_a_thread_whose_latest_is_exactly_before(
+    dsn: str, mode: str, strategy: str
+) -> None:
+    """docs/retention.md: ``before`` prunes "only threads whose latest checkpoint (its ts)
+    is older". At the boundary: a thread whose latest checkpoint's ts equals ``before`` is
+    not older, so it is spared (not counted, nothing deleted, dry run too); one microsecond
+    later it is older, and pruned."""
+    steps = with_counters(namespaces(random.Random("before"), 20))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        write_thread(dsn, DeltaPostgresSaver(conn), "B", steps)
+    cut = latest_ts(dsn, "B")
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            sync_saver = DeltaPostgresSaver(conn)
+            async_saver = AsyncDeltaPostgresSaver(aconn)
+
+            async def prune(before: datetime, dry_run: bool = False) -> PruneStats:
+                if mode == "sync":
+                    return sync_saver.prune(["B"], strategy=strategy, before=before,
+                                            dry_run=dry_run)
+                return await async_saver.aprune(["B"], strategy=strategy, before=before,
+                                                dry_run=dry_run)
+
+            def rows() -> int:
+                got = conn.execute(
+                    "SELECT count(*) FROM checkpoints WHERE thread_id = 'B'"
+                ).fetchone()
+                assert got is not None
+                return int(got[0])
+
+            assert await prune(cut, dry_run=True) == PruneStats()
+            assert await prune(cut) == PruneStats()
+            assert rows() == len(steps)
+            later = cut + timedelta(microseconds=1)
+            dry = await prune(later, dry_run=True)
+            assert dry.threads == 1 and dry.checkpoints > 0 and rows() == len(steps)
+            assert await prune(later) == dry
+            assert rows() == len(steps) - dry.checkpoints
+            if strategy == "delete":
+                assert rows() == 0
 
 
 # ----------------------------------------------------------------------------- real graphs
@@ -598,3 +700,128 @@ def test_delete_for_runs_logs_only_what_it_kept_of_the_runs_asked_for(
             ours.delete_for_runs(["r5"])
         assert not of_run("r5")
         assert "kept" not in caplog.text
+
+
+# ------------------------------------------------- a run forking from what prune deletes
+#
+# The state tests/graph/test_maintenance_race.py's keep_latest races leave (a census of
+# that race counted 11 in three 4 s runs): runner A forks from checkpoint P (an
+# update_state on it, as a runner that loaded P before another runner moved the thread
+# on does); its put probes P's snapshot blob of "log" and claims it, but commits after a
+# prune that kept only the newer head and deleted P with that blob. A's checkpoint then
+# names a DeltaChannel value that is gone, and its parent is gone. Read as "not stored"
+# (as a delete of the whole thread racing a put is, test_integrity's issue repro), its
+# state silently restarted from an empty "log" (8 entries at the fork, 0 after it, before
+# PrunedValueError existed; the official saver reads it so too); a load of it now raises
+# PrunedValueError naming the thread, namespace, checkpoint, channel and missing parent.
+
+
+def _fork_point(g: Any, thread: str) -> tuple[dict[str, Any], str]:
+    """Two turns, then a third from another runner: the config of the head the fork
+    starts from (the second turn's last checkpoint, a snapshot of "log") and its id."""
+    for i in range(2):
+        g.invoke({"log": [f"u{i}"]}, T(thread))
+    base = g.get_state(T(thread)).config
+    g.invoke({"log": ["u2"]}, T(thread))  # the newer head prune keeps
+    return base, base["configurable"]["checkpoint_id"]
+
+
+def _gone_claims(dsn: str, thread: str) -> list[tuple[str, str]]:
+    """(checkpoint, channel) of every claim of the thread whose value is gone."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return [
+            (r[0], r[1])
+            for r in conn.execute(
+                """SELECT c.checkpoint_id, ch
+                   FROM checkpoints AS c, unnest(c.stored_channels) AS ch
+                   WHERE c.thread_id = %s
+                     AND jsonb_typeof(c.checkpoint -> 'channel_values' -> ch)
+                         IS DISTINCT FROM 'string'
+                     AND NOT EXISTS (
+                         SELECT 1 FROM checkpoint_blobs AS b
+                         WHERE b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns
+                           AND b.channel = ch
+                           AND b.version = c.checkpoint -> 'channel_versions' ->> ch)""",
+                (thread,),
+            )
+        ]
+
+
+def test_a_run_forking_from_what_prune_deletes_gets_a_clear_error(dsn: str) -> None:
+    with (
+        psycopg.connect(dsn, autocommit=True) as conn,
+        psycopg.connect(dsn) as run_conn,  # runner A: its put stays open over the prune
+    ):
+        ours = DeltaPostgresSaver(conn)
+        g = _race_graph(ours)
+        base, parent = _fork_point(g, "F")
+        with run_conn.transaction():
+            forked = _race_graph(DeltaPostgresSaver(run_conn)).update_state(
+                base, {"note": "fork"}, as_node="c"
+            )
+            stats = ours.prune(["F"])  # does not see A's checkpoint, deletes its parent
+        assert stats.checkpoints > 0 and stats.blobs > 0
+        cid = forked["configurable"]["checkpoint_id"]
+        assert _gone_claims(dsn, "F") == [(cid, "log")]
+        for saver in (ours, DeltaPostgresSaver(conn, cache_bytes=0)):
+            gr = _race_graph(saver)
+            loads: list[Callable[[], Any]] = [
+                lambda gr=gr: gr.get_state(T("F")),
+                lambda gr=gr: gr.invoke(None, forked),
+                lambda gr=gr: gr.invoke({"log": ["next"]}, T("F")),
+            ]
+            for load in loads:
+                with pytest.raises(PrunedValueError) as err:
+                    load()
+                msg = str(err.value)
+                for part in (repr("F"), "namespace ''", repr(cid), repr("log"), repr(parent),
+                             "prune"):
+                    assert part in msg, (part, msg)
+            with pytest.raises(PrunedValueError):
+                saver.get_delta_channel_history(config=forked, channels=["log"])
+        # the checkpoint itself still reads (without the value it lost)
+        tup = ours.get_tuple(forked)
+        assert tup is not None and "log" not in tup.checkpoint["channel_values"]
+        # runner A went on in memory: a child of its checkpoint (a step that wrote "log"
+        # and stored no value) cannot be rebuilt either; the error names the ancestor
+        child = dict(tup.checkpoint, id=str(uuid6(clock_seq=7)))
+        version = ours.get_next_version(child["channel_versions"]["log"], None)
+        child["channel_versions"] = {**child["channel_versions"], "log": version}
+        child["channel_values"] = {"note": "fork"}
+        below = ours.put(forked, child, {"source": "loop", "step": 9, "parents": {},
+                                         "counters_since_delta_snapshot": {"log": [1, 1]}},
+                         {"log": version})
+        with pytest.raises(PrunedValueError, match=f"checkpoint {cid!r} of its chain"):
+            ours.get_delta_channel_history(config=below, channels=["log"])
+        with pytest.raises(PrunedValueError, match=re.escape(repr(cid))):
+            _race_graph(ours).get_state(T("F"))
+
+
+async def test_a_run_forking_from_what_aprune_deletes_gets_a_clear_error(dsn: str) -> None:
+    async with (
+        await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn,
+        await psycopg.AsyncConnection.connect(dsn) as run_conn,
+    ):
+        ours = AsyncDeltaPostgresSaver(conn)
+        g = _race_graph(ours)
+        for i in range(2):
+            await g.ainvoke({"log": [f"u{i}"]}, T("F"))
+        base = (await g.aget_state(T("F"))).config
+        await g.ainvoke({"log": ["u2"]}, T("F"))
+        async with run_conn.transaction():
+            forked = await _race_graph(AsyncDeltaPostgresSaver(run_conn)).aupdate_state(
+                base, {"note": "fork"}, as_node="c"
+            )
+            stats = await ours.aprune(["F"])
+        assert stats.checkpoints > 0 and stats.blobs > 0
+        cid = forked["configurable"]["checkpoint_id"]
+        assert _gone_claims(dsn, "F") == [(cid, "log")]
+        for saver in (ours, AsyncDeltaPostgresSaver(conn, cache_bytes=0)):
+            gr = _race_graph(saver)
+            with pytest.raises(PrunedValueError, match=re.escape(repr(cid))):
+                await gr.aget_state(T("F"))
+            with pytest.raises(PrunedValueError, match="'log'"):
+                await gr.ainvoke({"log": ["next"]}, T("F"))
+            with pytest.raises(PrunedValueError, match=re.escape(repr(base["configurable"]
+                                                                       ["checkpoint_id"]))):
+                await saver.aget_delta_channel_history(config=forked, channels=["log"])

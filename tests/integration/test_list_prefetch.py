@@ -16,6 +16,7 @@ share a mutable object.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import random
 from collections.abc import Sequence
@@ -41,6 +42,7 @@ from tests.graph._util import (
     official_saver,
 )
 from tests.graph.test_delta_graphs import fanout_builder
+from tests.graph.test_history_differential import CHANNELS as HCHANNELS
 from tests.graph.test_history_differential import forks, linear, namespaces
 from tests.graph.test_orphan_writes import PutFault, failing
 
@@ -514,3 +516,80 @@ def test_get_state_history_with_the_listing_equals_the_official_saver(dsn: str) 
             theirs = [(canon(s.values), s.next, s.config["configurable"]["checkpoint_id"])
                       for s in builder.compile(checkpointer=off).get_state_history(c)]
             assert mine == theirs, thread
+
+
+# ------------------------------------------------ a listing answers only its own rows
+
+
+def twin_threads(saver: Any) -> list[str]:
+    """Rows whose keys differ only in the thread or only in the namespace: thread "twin"
+    holds the same checkpoint ids in namespaces "" and "sub" (as a subgraph's), and thread
+    "twin-b" holds them in "" too (as copy_thread makes them), each with other values and
+    writes (two generated linear histories, the second given the first's ids), their
+    channels named DeltaChannels in the metadata (get_tuple prefetches their history).
+    Returns the ids, oldest first."""
+    first = linear(random.Random("twin-1"), 12, seed_p=0.1)
+    second = linear(random.Random("twin-2"), 12, seed_p=0.1)
+    for a, b in zip(first, second, strict=True):
+        b.checkpoint_id, b.parent_id = a.checkpoint_id, a.parent_id
+    for st in first + second:
+        st.metadata["counters_since_delta_snapshot"] = {
+            ch: [1, 1] for ch in HCHANNELS if ch in st.channel_versions
+        }
+    apply_steps(saver, "twin", first)
+    apply_steps(saver, "twin", [dataclasses.replace(st, ns="sub") for st in second])
+    apply_steps(saver, "twin-b", second)
+    return [st.checkpoint_id for st in first]
+
+
+TWIN_KEYS = (("twin", ""), ("twin", "sub"), ("twin-b", ""))
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_a_listing_answers_only_its_own_thread_and_namespace(
+    dsn: str, mode: str
+) -> None:
+    """After a listing, the history calls on another thread's or another namespace's
+    checkpoint of the same id (a subgraph's, read interleaved with the parent's, or a
+    copied thread's) are that checkpoint's, not the listed row's of that id: the
+    listing's rows are keyed by namespace and checkpoint, and it serves its own thread."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ids = twin_threads(DeltaPostgresSaver(conn))
+        plain = DeltaPostgresSaver(conn, cache_bytes=0)
+        want: dict[tuple[str, str, str], Any] = {}
+        for thread, ns in TWIN_KEYS:
+            for cid in ids:
+                core._PREFETCH.set(None)
+                want[(thread, ns, cid)] = canon_history(plain.get_delta_channel_history(
+                    config=cfg(thread, ns, cid), channels=HCHANNELS
+                ))
+    # the twins really differ: a wrong row answers a wrong history
+    for cid in ids[1:]:
+        assert want[("twin", "", cid)] != want[("twin", "sub", cid)], cid
+        assert want[("twin", "", cid)] != want[("twin-b", "", cid)], cid
+    async def check(r: Reader) -> None:
+        # every namespace listed ("" and "sub" rows of each id in one listing), then "" only
+        for listing, listed_ns in (({"thread_id": "twin"}, ("", "sub")),
+                                   ({"thread_id": "twin", "checkpoint_ns": ""}, ("",))):
+            core._PREFETCH.set(None)
+            tuples = await r.list({"configurable": listing})
+            assert len(tuples) == len(ids) * len(listed_ns)
+            before = r.stats()
+            for cid in reversed(ids):  # as get_state_history asks: newest first
+                for thread, ns in TWIN_KEYS:  # interleaved
+                    got = await r.history(cfg(thread, ns, cid), HCHANNELS)
+                    assert canon_history(got) == want[(thread, ns, cid)], (
+                        listing, thread, ns, cid
+                    )
+                    assert isinstance(core._PREFETCH.get(), core._Listed)
+            hits = r.stats().prefetch_hits - before.prefetch_hits
+            # the listing answered its own rows (all of them: each chain is whole in it)
+            assert hits == len(ids) * len(listed_ns), (listing, hits)
+
+    with official_saver(dsn) as off:
+        if mode == "sync":
+            with psycopg.connect(dsn, autocommit=True) as c:
+                await check(Reader(DeltaPostgresSaver(c, cache_bytes=0), off))
+        else:
+            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as ac:
+                await check(Reader(AsyncDeltaPostgresSaver(ac, cache_bytes=0), off))

@@ -23,11 +23,12 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
-from langgraph_delta_postgres._ops.base import _PREFETCH
-from tests.graph._util import apply_steps, canon_history
+from langgraph_delta_postgres._ops.base import _PREFETCH, _Listed
+from tests.graph._util import apply_steps, canon_history, cfg
 from tests.graph.test_history_differential import CHANNELS as HCHANNELS
 from tests.graph.test_history_differential import SHAPES, compare_channel, skewed
 from tests.integration.test_cache import CHANNELS, _cfg, _graph, _run_turns
+from tests.integration.test_list_prefetch import twin_threads
 
 
 def _elsewhere(fn: Any) -> None:
@@ -188,3 +189,43 @@ async def test_async_prefetch_survives_a_delete(dsn: str) -> None:
         got = await saver.aget_delta_channel_history(config=tup.config, channels=_replayed(tup))
         assert canon_history(got) == want
         assert any(e["writes"] for e in got.values()), got
+
+
+@pytest.mark.parametrize("cache_bytes", [0, 64 << 20], ids=["nocache", "cache"])
+def test_only_the_checkpoint_read_takes_it(dsn: str, cache_bytes: int) -> None:
+    """The prefetch is keyed by thread, namespace and checkpoint: after get_tuple of the
+    latest checkpoint, a history call on the same id in another namespace (a subgraph's)
+    or another thread (a copy), or on another checkpoint of the same namespace (its
+    parent), is answered by the statement, for that checkpoint."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ids = twin_threads(DeltaPostgresSaver(conn))
+        saver = DeltaPostgresSaver(conn, cache_bytes=cache_bytes)
+        plain = DeltaPostgresSaver(conn, cache_bytes=0)
+        latest, parent = ids[-1], ids[-2]
+        tup = saver.get_tuple(cfg("twin", "", None))
+        assert tup is not None and tup.config["configurable"]["checkpoint_id"] == latest
+        pre = _PREFETCH.get()
+        assert pre is not None and not isinstance(pre, _Listed) and pre.channels
+        chans = list(pre.channels)
+
+        def want(thread: str, ns: str, cid: str) -> Any:
+            _PREFETCH.set(None)
+            return canon_history(plain.get_delta_channel_history(
+                config=cfg(thread, ns, cid), channels=chans
+            ))
+
+        mine = want("twin", "", latest)
+        others = [("twin", "sub", latest), ("twin-b", "", latest), ("twin", "", parent)]
+        for other in others:
+            assert want(*other) != mine, other  # a wrong answer would show
+            assert saver.get_tuple(cfg("twin", "", None)) is not None
+            before = saver.stats().walk.prefetch_hits
+            got = saver.get_delta_channel_history(config=cfg(*other), channels=chans)
+            assert canon_history(got) == want(*other), other
+            assert saver.stats().walk.prefetch_hits == before, other
+        # and the checkpoint read takes it
+        assert saver.get_tuple(cfg("twin", "", None)) is not None
+        before = saver.stats().walk.prefetch_hits
+        got = saver.get_delta_channel_history(config=cfg("twin", "", latest), channels=chans)
+        assert canon_history(got) == mine
+        assert saver.stats().walk.prefetch_hits == before + 1
