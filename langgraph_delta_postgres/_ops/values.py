@@ -42,7 +42,6 @@ from ..errors import CorruptCheckpointError
 KEEP_MIN_BYTES = 2048
 
 
-
 class RowValues:
     """The decoder of one call's tuple rows. ``held``: token -> pickled value the cache
     holds (the statement sent those blobs as NULL); ``seen``: tokens an earlier call of
