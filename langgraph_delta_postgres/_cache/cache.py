@@ -5,12 +5,12 @@ a bucket and which buckets go :mod:`.policy`'s."""
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Callable
 from typing import Any
 
 from langgraph.checkpoint.base import DeltaChannelHistory
 
+from . import copies
 from .policy import Budget, estimate
 from .store import (
     BUCKET_OVERHEAD,
@@ -173,13 +173,14 @@ class HistoryCache(Budget):
         seed_at: SeedAt = {}
         new_writes: NewWrites = {ch: [] for ch in channels}
         seed_hits = 0
+        decoder = copies.Decoder(loads)  # remembers each value's blob, for _keep
         with gc_paused():  # every value decoded or unpickled below
             for kind, channel, task_id, type_, blob, inline, checkpoint_id, ref in rows:
                 if kind == "w":
                     per = new_writes[channel]
                     if not per or per[-1][0] != checkpoint_id:
                         per.append((checkpoint_id, []))
-                    per[-1][1].append((task_id, channel, loads((type_, blob))))
+                    per[-1][1].append((task_id, channel, decoder((type_, blob))))
                 elif kind == "c":
                     visited.append((checkpoint_id, task_id, ref, inline))
                 elif kind == "s":
@@ -187,9 +188,9 @@ class HistoryCache(Budget):
                     if type_ is not None and blob is None:
                         seed_hits += 1
                         data = plan.seeds[f"{channel}{SEP}{ref}"]
-                        seed_at[channel] = (token, data, pickle.loads(data))
+                        seed_at[channel] = (token, data, copies.loads(data, loads))
                     else:
-                        value = loads((type_, blob)) if type_ else inline
+                        value = decoder((type_, blob)) if type_ else inline
                         seed_at[channel] = (token, None, value)
                 elif kind == "h":
                     held_at[channel] = checkpoint_id
@@ -201,15 +202,16 @@ class HistoryCache(Budget):
                 self.chain_hits += len(held_at)
                 self.misses += len(channels) - len(held_at)
                 self.seed_hits += seed_hits
-            hand_out(channels, result, older, seed_at, new_writes)
+            hand_out(channels, result, older, seed_at, new_writes, loads)
         size = estimate(rows, len(visited))
         if bucket.nbytes + size > self.max_bucket:
             self._mark_outsized(plan, bucket.nbytes + size)
             return result
         try:
-            self._keep(plan, channels, visited, new_writes, held_at, seed_at)
-        except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
-            # A value that cannot be pickled is answered, not cached.
+            self._keep(plan, channels, visited, new_writes, held_at, seed_at, decoder.dumps)
+        except copies.UNPICKLABLE:
+            # A part that neither pickles nor is a value decoded here (those are kept
+            # as their blobs, copies.Decoder.dumps): answered, not cached.
             self.forget([plan.key[0]])
         return result
 
@@ -221,10 +223,11 @@ class HistoryCache(Budget):
         new_writes: NewWrites,
         held_at: dict[str, str],
         seed_at: SeedAt,
+        dumps: Callable[[Any], bytes],
     ) -> None:
         if not visited:
             return
-        segs = segments(channels, visited, new_writes, seed_at)
+        segs = segments(channels, visited, new_writes, seed_at, dumps)
         exact = NODE_OVERHEAD * len(visited) + sum(
             len(seg.data) + len(seg.seed or b"") for _, seg in segs.values()
         )

@@ -28,7 +28,9 @@ the threads they touch (:meth:`HistoryCache.forget`).
 caller that mutates what it got back (appends to the list, edits a message object,
 updates a dict) never changes a later answer. Measured against the alternatives (a fresh
 serde decode, ``copy.deepcopy``, a shallow copy as ``DeltaChannel.copy()`` makes, which
-shares the message objects and so does not isolate), see ``docs/cache.md``.
+shares the message objects and so does not isolate), see ``docs/cache.md``. A value of a
+type whose pickle copy is not proven to be what serde gives is kept as its stored
+(type, blob) inside the pickle and decoded by serde for every answer (:mod:`.copies`).
 
 Which threads get a bucket and which buckets go: :mod:`.policy`.
 """
@@ -36,15 +38,14 @@ Which threads get a bucket and which buckets go: :mod:`.policy`.
 from __future__ import annotations
 
 import gc
-import pickle
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph.checkpoint.base import DeltaChannelHistory
 
-from .copies import dumps
+from . import copies
 
 #: Bytes counted per node and per cached group or seed, on top of the pickles' own
 #: length: dict slots, the node object, the key strings (measured with tracemalloc on a
@@ -192,18 +193,20 @@ def hand_out(
     older: dict[str, tuple[list[tuple[bytes, int]], bytes | None]],
     seed_at: SeedAt,
     new_writes: NewWrites,
+    decode: copies.Decode,
 ) -> None:
-    """Fill the answer: the cached part unpickled (fresh copies), then the new part."""
+    """Fill the answer: the cached part unpickled (fresh copies; the values kept as
+    blobs decoded by ``decode``, serde's), then the new part."""
     for ch in channels:
         entry = result[ch]
         writes = entry["writes"]
         if ch in older:
             parts, seed = older[ch]
             for data, upto in parts:
-                for ws in pickle.loads(data)[:upto]:
+                for ws in copies.loads_writes(data, upto, decode):
                     writes.extend(ws)
             if seed is not None:
-                entry["seed"] = pickle.loads(seed)
+                entry["seed"] = copies.loads(seed, decode)
         elif ch in seed_at:
             entry["seed"] = seed_at[ch][2]
         for _, ws in new_writes[ch]:
@@ -211,10 +214,11 @@ def hand_out(
 
 
 def segments(
-    channels: list[str], visited: list[Visited], new_writes: NewWrites, seed_at: SeedAt
+    channels: list[str], visited: list[Visited], new_writes: NewWrites, seed_at: SeedAt,
+    dumps: Callable[[Any], bytes],
 ) -> dict[str, tuple[list[str], _Segment]]:
     """Per channel, the stretch this call fetched (oldest first) and its segment, pickled
-    (outside the lock)."""
+    by ``dumps`` (the call's :meth:`.copies.Decoder.dumps`; outside the lock)."""
     parent_of = {cid: parent for cid, parent, _, _ in visited}
     out: dict[str, tuple[list[str], _Segment]] = {}
     for ch in channels:

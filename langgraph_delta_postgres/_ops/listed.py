@@ -4,13 +4,11 @@ LangGraph makes next on its checkpoints (``get_state_history``), by the walk's r
 
 from __future__ import annotations
 
-import pickle
 from typing import Any, NamedTuple
 
 from langgraph.checkpoint.base import DeltaChannelHistory, PendingWrite
 
 from .._cache import copies
-from .._cache.copies import dumps
 from .values import RowValues
 
 Row = dict[str, Any]  # a row of checkpoints.select_tuples, by column name
@@ -44,8 +42,10 @@ class _Listed:
 
     Every value is decoded once (``serde.loads_typed``) and kept pickled; each answer
     unpickles its own copies, so no two answers, and no answer and a listed tuple, share
-    a mutable object (the cache's isolation rule, _cache/store.py). Inline seeds are str, int,
-    float or bool: immutable."""
+    a mutable object (the cache's isolation rule, _cache/store.py). A value whose pickle
+    copy is not proven to be what serde gives is kept as its blob and decoded by serde
+    for each answer (_cache/copies.py). Inline seeds are str, int, float or bool:
+    immutable."""
 
     __slots__ = (
         "saver", "thread_id", "max_depth", "rows", "values", "_writes", "_seeds", "_chains",
@@ -75,7 +75,8 @@ class _Listed:
         #: (namespace, checkpoint id, channel) -> the walk from that row down (itself
         #: included), see :meth:`_chain`
         self._chains: dict[tuple[str, str, str], _Chain | None] = {}
-        #: a value that does not pickle: this listing answers nothing more
+        #: a part that does not pickle (a value decoded from a blob is kept as its blob
+        #: instead, copies.Decoder): this listing answers nothing more
         self.broken = False
         #: the listed rows' keys, in the listing's order, and each one's position
         self._keys = list(self.rows)
@@ -119,15 +120,16 @@ class _Listed:
         key = (row["checkpoint_ns"], row["checkpoint_id"], ch)
         if key in self._writes:
             return self._writes[key]
+        decoder = copies.Decoder(loads)
         ws = [
-            (tid, c, loads((typ, blob)))
+            (tid, c, decoder((typ, blob)))
             for tid, c, typ, blob in zip(
                 row["write_task_ids"], row["write_channels"], row["write_types"],
                 row["write_blobs"], strict=True,
             )
             if c == ch
         ]
-        got = self._writes[key] = dumps(ws)
+        got = self._writes[key] = decoder.dumps(ws)
         return got
 
     def _chain(self, ns: str, cid: str | None, ch: str, loads: Any) -> _Chain | None:
@@ -187,7 +189,7 @@ class _Listed:
                 if entry is None:
                     return None
                 result[ch] = entry
-        except (pickle.PicklingError, TypeError, AttributeError):
+        except copies.UNPICKLABLE:
             self.broken = True
             self._ahead.clear()
             return None
@@ -215,11 +217,11 @@ class _Listed:
             link = link[1]
         writes: list[PendingWrite] = []
         for data in reversed(parts):
-            writes.extend(copies.loads(data))
+            writes.extend(copies.loads(data, loads))
         entry: DeltaChannelHistory = {"writes": writes}
         seed = chain.seed
         if seed[0] == "b":
-            entry["seed"] = copies.loads(seed[1])
+            entry["seed"] = copies.loads(seed[1], loads)
         elif seed[0] == "i":
             entry["seed"] = seed[1]
         return entry

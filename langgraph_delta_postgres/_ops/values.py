@@ -18,6 +18,10 @@ one row's bytes, and the decoded value of equal bytes is equal.
   row) for the others.
 * **Isolation.** No two tuples, and no tuple and the cache, share a mutable object:
   every copy is a fresh unpickle, as the history cache's answers are (_cache/store.py).
+* **Faithful copies.** A value with an object whose pickle copy is not proven to be what
+  serde gives (_cache/copies.py, "Proven types") is kept as its blob instead: each copy
+  of it is a fresh ``serde.loads_typed``, as the official saver reads it, and a held one
+  still spares the statement its bytes.
 * **What the cache keeps.** Only a value read a second time (its token was seen on an
   earlier get_tuple of the thread and sent again): a value that changes at every step,
   such as a plain ``add_messages`` channel's list, is decoded as before and never pickled
@@ -27,19 +31,15 @@ one row's bytes, and the decoded value of equal bytes is equal.
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._cache.copies import dumps
+from .._cache import copies
 from ..errors import CorruptCheckpointError
 
 #: Blobs shorter than this are decoded every time, never kept (the serializer is fast on
 #: them and a kept value costs its token on every statement).
 KEEP_MIN_BYTES = 2048
-
-#: Errors a value that does not pickle raises (it is decoded again instead).
-UNPICKLABLE = (pickle.PicklingError, TypeError, AttributeError, RecursionError)
 
 
 class RowValues:
@@ -61,8 +61,9 @@ class RowValues:
         self.seen: Mapping[str, str] = seen or {}
         #: (scope, token) -> (type, blob, the value decoded for its first row)
         self._first: dict[tuple[str, str], tuple[str, bytes, Any]] = {}
-        #: (scope, token) -> its pickle (made when a second row names it)
-        self._pickled: dict[tuple[str, str], bytes | None] = {}
+        #: (scope, token) -> its pickle (made when a second row names it; a
+        #: :class:`~.._cache.copies.Kept` of its blob for a value not proven)
+        self._pickled: dict[tuple[str, str], bytes] = {}
         #: channel -> (token, pickled value) for the cache to keep
         self.keep: dict[str, tuple[str, bytes]] = {}
         #: channel -> token of each blob decoded here that is worth keeping if read again
@@ -74,7 +75,7 @@ class RowValues:
         """The value of one blob of a row, a copy of its own. ``scope`` tells tokens of
         different threads and namespaces apart (a list without a thread spans many)."""
         if blob is None:
-            return pickle.loads(self._held(channel, token))
+            return copies.loads(self._held(channel, token), self.loads)
         key = (scope, token)
         first = self._first.get(key)
         if first is None:
@@ -85,30 +86,26 @@ class RowValues:
             self.sent[channel] = token
             self.sent_bytes += len(blob)
             if self.seen.get(channel) == token:
-                data = self._pickle(key, value)
-                if data is not None:
-                    self.keep[channel] = (token, data)
+                self.keep[channel] = (token, self._pickle(key, value, (typ, blob)))
             return value
-        data = self._pickled.get(key, b"")
-        if data == b"":
-            data = self._pickle(key, first[2])
-        if data is None:  # does not pickle: decode again
-            return self.loads((typ, blob))
-        return pickle.loads(data)
+        data = self._pickled.get(key)
+        if data is None:
+            data = self._pickle(key, first[2], (typ, blob))
+        return copies.loads(data, self.loads)
 
     def pickled(
         self, scope: str, channel: str, token: str, typ: str, blob: bytes | None
     ) -> bytes:
         """The pickle of one blob's value, for a later copy (the list prefetch's seeds,
-        _ops/listed.py): the held one, the one made for this call's rows, or a fresh
-        decode (never a value already handed out, which its caller may have changed).
-        Raises what pickling raises (:data:`UNPICKLABLE`)."""
+        _ops/listed.py; :func:`~.._cache.copies.loads` of it): the held one, the one made
+        for this call's rows, or a fresh decode (never a value already handed out, which
+        its caller may have changed)."""
         if blob is None:
             return self._held(channel, token)
         key = (scope, token)
         got = self._pickled.get(key)
         if got is None:
-            got = self._pickled[key] = dumps(self.loads((typ, blob)))
+            got = self._pickle(key, self.loads((typ, blob)), (typ, blob))
         return got
 
     def _held(self, channel: str, token: str) -> bytes:
@@ -126,12 +123,9 @@ class RowValues:
         """The call's rows are built and handed out: forget the first copies."""
         self._first.clear()
 
-    def _pickle(self, key: tuple[str, str], value: Any) -> bytes | None:
-        """The value's pickle, made before any row's copy leaves the call (None: it does
-        not pickle)."""
-        try:
-            data: bytes | None = dumps(value)
-        except UNPICKLABLE:
-            data = None
-        self._pickled[key] = data
+    def _pickle(self, key: tuple[str, str], value: Any, typed: tuple[str, bytes]) -> bytes:
+        """What is kept of the value decoded from ``typed`` (:func:`~.._cache.copies.keep`:
+        its pickle, or its blob when it is not proven or does not pickle), made before any
+        row's copy leaves the call."""
+        data = self._pickled[key] = copies.keep(value, typed)
         return data
