@@ -14,9 +14,11 @@
 --   the id of the checkpoint just stored (the greatest id when one statement stores
 --   several, as copy_thread does). It waits for every write that holds the row shared,
 --   so no reader sees a child before such a write.
--- lgdp_epochs_reput (checkpoints, AFTER UPDATE, per row): a checkpoint put again is no
---   longer trusted as the last put (it may have children): last_put := NULL when it
---   named it, so the next write to it counts as late. Rare (a retried put, a backfill).
+-- lgdp_epochs_reput (checkpoints, AFTER UPDATE OF checkpoint, metadata, per row): a
+--   checkpoint put again (every saver's put sets both) is no longer trusted as the last
+--   put (it may have children): last_put := NULL when it named it, so the next write to
+--   it counts as late. Rare (a retried put). Updates of other columns (prune's parent
+--   pointers, the 0004 backfill) do not fire it: they wait for no write.
 -- lgdp_epochs_write (checkpoint_writes, AFTER INSERT and AFTER UPDATE, per statement):
 --   per checkpoint the statement added regular writes to (idx >= 0: the special
 --   channels of WRITES_IDX_MAP, negative, are never part of a DeltaChannel history):
@@ -125,7 +127,7 @@ CREATE TRIGGER lgdp_epochs_put
 
 DROP TRIGGER IF EXISTS lgdp_epochs_reput ON {s}checkpoints;
 CREATE TRIGGER lgdp_epochs_reput
-    AFTER UPDATE ON {s}checkpoints
+    AFTER UPDATE OF checkpoint, metadata ON {s}checkpoints
     FOR EACH ROW EXECUTE FUNCTION {s}lgdp_epochs_reput();
 
 DROP TRIGGER IF EXISTS lgdp_epochs_write ON {s}checkpoint_writes;
