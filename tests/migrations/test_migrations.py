@@ -128,7 +128,6 @@ def test_replay_equals_official_setup_plus_ours(pg_server: Any) -> None:
         assert [r[:3] for r in ledger(ours)] == [r[:3] for r in ledger(both)]
         # 0007: the database keeps checkpoint_epochs for every writer
         assert [(r[0], r[1]) for r in a["triggers"]] == [
-            ("checkpoint_writes", "lgdp_epochs_rewrite"),
             ("checkpoint_writes", "lgdp_epochs_write"),
             ("checkpoints", "lgdp_epochs_put"), ("checkpoints", "lgdp_epochs_reput"),
         ]
