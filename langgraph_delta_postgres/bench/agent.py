@@ -21,6 +21,11 @@ interleaved rounds (:class:`.common.Interleaved`), through the graph:
 * a history page, ``get_state_history(limit=10)``;
 * a whole history pass, every entry of ``get_state_history``.
 
+The session also runs, turn by turn in the same rotation, through ``ainvoke`` on
+``AsyncDeltaPostgresSaver`` and the official ``AsyncPostgresSaver`` (each opened by its
+``from_conn_string``, on an event loop of this process), for the turn latency of the
+async savers against the sync ones.
+
 Final states are compared across savers (with generated ids and timestamps -- the
 summarization session id, file timestamps -- normalized: they differ between any two
 runs of the agent, whatever the saver).
@@ -59,6 +64,8 @@ SCALES = {
 }
 
 SAVERS_RUN = ("ours", "official", "inmemory")
+#: the same session through ``ainvoke`` on the async savers (turn latency only)
+ASYNC_RUN = ("ours_async", "official_async")
 SAVERS_READ = ("ours_warm", "ours", "ours_nocache", "official", "inmemory")
 
 
@@ -126,9 +133,15 @@ def _turn_inputs(i: int) -> dict[str, Any]:
 
 def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str, Any]:
     """``dsn``: an empty database (migrated here; both Postgres savers share it)."""
+    import asyncio
+    import contextlib
+
     import psycopg
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+    from .. import AsyncDeltaPostgresSaver
 
     sc = SCALES[scale_name]
     with psycopg.connect(dsn, autocommit=True) as admin:
@@ -138,14 +151,23 @@ def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str
         "turns": sc.turns, "max_input_tokens": sc.max_input_tokens, "rounds": sc.rounds,
         "history_rounds": sc.history_rounds,
     }
+    loop = asyncio.new_event_loop()
+    astack = contextlib.AsyncExitStack()
     try:
         warm = DeltaPostgresSaver(ours_conn)
         run_savers: dict[str, Any] = {
             "ours": warm, "official": PostgresSaver(off_conn), "inmemory": InMemorySaver(),
         }
-        built = {k: build_agent(s, sc.max_input_tokens) for k, s in run_savers.items()}
+        async_savers = {
+            "ours_async": loop.run_until_complete(
+                astack.enter_async_context(AsyncDeltaPostgresSaver.from_conn_string(dsn))),
+            "official_async": loop.run_until_complete(
+                astack.enter_async_context(AsyncPostgresSaver.from_conn_string(dsn))),
+        }
+        built = {k: build_agent(s, sc.max_input_tokens)
+                 for k, s in {**run_savers, **async_savers}.items()}
         graphs = {k: g for k, (g, _) in built.items()}
-        threads = {k: f"agent-{k}" for k in SAVERS_RUN}
+        threads = {k: f"agent-{k}" for k in SAVERS_RUN + ASYNC_RUN}
         out["channels"] = {
             k: type(c).__name__ for k, c in graphs["ours"].channels.items()
             if not k.startswith(("branch:", "__"))
@@ -153,14 +175,18 @@ def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str
 
         # -------- the session, turn by turn, interleaved across savers
         log(f"  agent: {sc.turns} turns on {', '.join(SAVERS_RUN)} (interleaved)")
-        lat: dict[str, list[float]] = {k: [] for k in SAVERS_RUN}
-        names = list(SAVERS_RUN)
+        lat: dict[str, list[float]] = {k: [] for k in SAVERS_RUN + ASYNC_RUN}
+        names = list(SAVERS_RUN + ASYNC_RUN)
         for i in range(sc.turns):
             order = names[i % len(names):] + names[: i % len(names)]
             for k in order:
                 gc.collect()
                 t0 = time.perf_counter()
-                graphs[k].invoke(_turn_inputs(i), _cfg(threads[k]))
+                if k in ASYNC_RUN:
+                    loop.run_until_complete(
+                        graphs[k].ainvoke(_turn_inputs(i), _cfg(threads[k])))
+                else:
+                    graphs[k].invoke(_turn_inputs(i), _cfg(threads[k]))
                 lat[k].append(time.perf_counter() - t0)
             if (i + 1) % 25 == 0 or i + 1 == sc.turns:
                 log(f"    turn {i + 1}: " + ", ".join(
@@ -175,12 +201,28 @@ def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str
             # the second half: the turns where the thread is long (the loads that grow)
             "ours_over_official_2nd_half": ratio_summary(
                 [a / b for a, b in zip(lat["ours"], lat["official"], strict=True)][sc.turns // 2:]),
+            # the async savers: ours async against ours sync (turn by turn) and against the
+            # official async saver
+            "ours_async_over_ours": ratio_summary(
+                [a / b for a, b in zip(lat["ours_async"], lat["ours"], strict=True)]),
+            "ours_async_over_ours_2nd_half": ratio_summary(
+                [a / b for a, b in zip(lat["ours_async"], lat["ours"], strict=True)]
+                [sc.turns // 2:]),
+            "ours_async_over_official_async": ratio_summary(
+                [a / b for a, b in zip(lat["ours_async"], lat["official_async"], strict=True)]),
+            "ours_async_over_official_async_2nd_half": ratio_summary(
+                [a / b for a, b in zip(lat["ours_async"], lat["official_async"], strict=True)]
+                [sc.turns // 2:]),
         }
         # model calls by kind (main / subagent / summary): subagents and summarization ran
         out["model_calls"] = {k: dict(m.calls) for k, (_, m) in built.items()}
 
         # -------- the state each saver ends with
         finals = {k: graphs[k].get_state(_cfg(threads[k])) for k in SAVERS_RUN}
+        finals.update({
+            k: loop.run_until_complete(graphs[k].aget_state(_cfg(threads[k])))
+            for k in ASYNC_RUN
+        })
         head = finals["ours"].values
         out["state"] = {
             "messages": len(head.get("messages", [])),
@@ -194,7 +236,7 @@ def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str
             },
         }
         norm = {k: normalized(f.values) for k, f in finals.items()}
-        out["states_equal"] = norm["ours"] == norm["official"] == norm["inmemory"]
+        out["states_equal"] = all(v == norm["inmemory"] for v in norm.values())
         del finals, norm, head
 
         def reader(name: str) -> Callable[[], Any]:
@@ -268,10 +310,16 @@ def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str
         log(
             f"  agent turns: ours/official {tl['ours_over_official']['median']:.2f}x "
             f"(2nd half {tl['ours_over_official_2nd_half']['median']:.2f}x), "
-            f"ours/InMemorySaver {tl['ours_over_inmemory']['median']:.2f}x; "
+            f"ours/InMemorySaver {tl['ours_over_inmemory']['median']:.2f}x; async: ours "
+            f"async/ours sync {tl['ours_async_over_ours']['median']:.2f}x (2nd half "
+            f"{tl['ours_async_over_ours_2nd_half']['median']:.2f}x), ours async/official "
+            f"async {tl['ours_async_over_official_async']['median']:.2f}x (2nd half "
+            f"{tl['ours_async_over_official_async_2nd_half']['median']:.2f}x); "
             f"states equal: {out['states_equal']}, histories equal: {out['histories_equal']}"
         )
     finally:
+        loop.run_until_complete(astack.aclose())
+        loop.close()
         ours_conn.close()
         off_conn.close()
     if not out["states_equal"] or not out["histories_equal"]:
@@ -313,6 +361,8 @@ def headline(res: dict[str, Any]) -> dict[str, Any]:
             "history_all_official_over_ours_warm": ha["official_over"]["ours_warm"]["median"],
             "history_all_official_over_ours_new": ha["official_over"]["ours"]["median"],
             "turn_ours_over_official": a["turn_latency"]["ours_over_official"]["median"],
+            "turn_ours_async_over_ours": a["turn_latency"]
+            .get("ours_async_over_ours", {}).get("median"),
             "states_equal": a["states_equal"],
         }
     }
