@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import asynccontextmanager, nullcontext, suppress
 from datetime import datetime
 from typing import Any, cast
 
@@ -36,7 +36,7 @@ from ._ops.context import SaverCore
 from ._ops.history import _op_delta_history, wanted_channels
 from ._ops.maintenance import _op_copy_thread, _op_delete_thread
 from ._ops.retention import PruneStats, _op_delete_for_runs, _op_delta_keepset, prune_ops
-from ._ops.write import _op_put, _op_put_writes
+from ._ops.write import WriteBatch, _op_put, _op_put_writes, resume
 from ._order import PUT, WRITES, Turns, ahold, put_keys, writes_keys
 from ._server import StaleServerError
 
@@ -194,6 +194,11 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
         self.lock = asyncio.Lock()
         self._turns = Turns(asyncio.Event)  # the order of its writes (see _order)
         self._init_core(schema, cache_bytes)
+        #: put_writes queued for the single connection, run as one statement (WriteBatch)
+        self._batch = (
+            WriteBatch(self.queries)
+            if isinstance(conn, AsyncConnection) and pipe is None else None
+        )
         try:
             self._bound_loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -340,7 +345,39 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
         task_path: str = "",
     ) -> None:
         async with ahold(self._turns, writes_keys(config), WRITES):
-            await self._run(_op_put_writes(self, config, writes, task_id, task_path))
+            op = _op_put_writes(self, config, writes, task_id, task_path)
+            if self._batch is None or not self.conn.autocommit:  # type: ignore[union-attr]
+                await self._run(op)
+                return
+            try:
+                first = next(op)
+            except StopIteration:
+                return
+            if not self._batch.batchable(first):
+                await self._run(resume(first, op))
+                return
+            entry = self._batch.add(first)
+            try:
+                async with self._connection() as conn, conn.cursor() as cur:
+                    todo = self._batch.take()  # WriteBatch: ours and whoever queued
+                    try:
+                        if todo:
+                            stmt = self._batch.statement(todo)
+                            await cur.execute(stmt.query, stmt.params)
+                    except Exception as error:
+                        for e in self._batch.failed(todo, error):
+                            try:
+                                await cur.execute(e.stmt.query, e.stmt.params)
+                            except Exception as own:
+                                e.error = own
+            except (UndefinedTable, UndefinedColumn) as e:
+                raise self.setup_required(e) from e
+            if entry.error is not None:
+                if isinstance(entry.error, UndefinedTable | UndefinedColumn):
+                    raise self.setup_required(entry.error) from entry.error
+                raise entry.error
+            with suppress(StopIteration):
+                op.send([])
 
     async def adelete_thread(self, thread_id: str) -> None:
         await self._run(_op_delete_thread(self, thread_id))

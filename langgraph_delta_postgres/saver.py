@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from datetime import datetime
 from typing import Any
 
@@ -36,7 +36,7 @@ from ._ops.context import SaverCore
 from ._ops.history import _op_delta_history, wanted_channels
 from ._ops.maintenance import _op_copy_thread, _op_delete_thread
 from ._ops.retention import PruneStats, _op_delete_for_runs, _op_delta_keepset, prune_ops
-from ._ops.write import _op_put, _op_put_writes
+from ._ops.write import WriteBatch, _op_put, _op_put_writes, resume
 from ._order import PUT, WRITES, Turns, hold, put_keys, writes_keys
 from ._server import StaleServerError
 
@@ -96,6 +96,10 @@ class DeltaPostgresSaver(SaverCore):
         self.lock = threading.Lock()
         self._turns = Turns(threading.Event)  # the order of its writes (see _order)
         self._init_core(schema, cache_bytes)
+        #: put_writes queued for the single connection, run as one statement (WriteBatch)
+        self._batch = (
+            WriteBatch(self.queries) if isinstance(conn, Connection) and pipe is None else None
+        )
 
     @classmethod
     @contextmanager
@@ -242,7 +246,39 @@ class DeltaPostgresSaver(SaverCore):
         task_path: str = "",
     ) -> None:
         with hold(self._turns, writes_keys(config), WRITES):
-            self._run(_op_put_writes(self, config, writes, task_id, task_path))
+            op = _op_put_writes(self, config, writes, task_id, task_path)
+            if self._batch is None or not self.conn.autocommit:  # type: ignore[union-attr]
+                self._run(op)
+                return
+            try:
+                first = next(op)
+            except StopIteration:
+                return
+            if not self._batch.batchable(first):
+                self._run(resume(first, op))
+                return
+            entry = self._batch.add(first)
+            try:
+                with self._connection() as conn, conn.cursor() as cur:
+                    todo = self._batch.take()  # WriteBatch: ours and whoever queued
+                    try:
+                        if todo:
+                            stmt = self._batch.statement(todo)
+                            cur.execute(stmt.query, stmt.params)
+                    except Exception as error:
+                        for e in self._batch.failed(todo, error):
+                            try:
+                                cur.execute(e.stmt.query, e.stmt.params)
+                            except Exception as own:
+                                e.error = own
+            except (UndefinedTable, UndefinedColumn) as e:
+                raise self.setup_required(e) from e
+            if entry.error is not None:
+                if isinstance(entry.error, UndefinedTable | UndefinedColumn):
+                    raise self.setup_required(entry.error) from entry.error
+                raise entry.error
+            with suppress(StopIteration):
+                op.send([])
 
     def delete_thread(self, thread_id: str) -> None:
         self._run(_op_delete_thread(self, thread_id))

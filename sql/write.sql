@@ -105,6 +105,24 @@ SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, %(task_
 FROM jsonb_array_elements(%(writes)s::jsonb) AS u(w)
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
 
+-- name: insert_writes_batch
+-- insert_writes of several put_writes calls in one statement: the calls that queued for
+-- a saver's single connection while it was busy (the writes of LangGraph's parallel
+-- tasks), run by the next call to get it (_ops/write.py, WriteBatch). Parameters: data
+-- (bytea, every call's blobs concatenated) and writes (jsonb): [thread_id, checkpoint_ns,
+-- checkpoint_id, task_id, task_path, idx, channel, type, offset, length] per write,
+-- sorted by thread and namespace (the trigger's row locks are then taken in one order
+-- by every such statement). The first write of a (task_id, idx) wins, as in insert_writes.
+-- Index: checkpoint_writes_pkey (conflict).
+INSERT INTO {s}checkpoint_writes
+    (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
+SELECT u.w ->> 0, u.w ->> 1, u.w ->> 2, u.w ->> 3, u.w ->> 4,
+       (u.w ->> 5)::int, u.w ->> 6, u.w ->> 7,
+       substring(%(data)b::bytea FROM (u.w ->> 8)::int FOR (u.w ->> 9)::int)
+FROM jsonb_array_elements(%(writes)s::jsonb) WITH ORDINALITY AS u(w, n)
+ORDER BY u.n
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
+
 -- name: upsert_writes
 -- put_writes when every write is a special channel (error, interrupt, resume, scheduled,
 -- at the fixed negative idx of WRITES_IDX_MAP): the latest one replaces the stored one.

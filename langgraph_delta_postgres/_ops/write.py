@@ -4,6 +4,7 @@ version format (the order of a saver's own writes: :mod:`.._order`)."""
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -227,3 +228,92 @@ def _put_writes(
     )
     _PREFETCH.set(None)
     return None
+
+
+def resume(first: Stmt, op: Op[Any]) -> Op[Any]:
+    """``op``, whose first statement was already taken from it (``first``)."""
+    rows = yield first
+    while True:
+        try:
+            stmt = op.send(rows)
+        except StopIteration as stop:
+            return stop.value
+        rows = yield stmt
+
+
+class _Queued:
+    """One put_writes waiting in a :class:`WriteBatch`: its statement, and once run,
+    its outcome (``error`` None: written)."""
+
+    __slots__ = ("stmt", "done", "error")
+
+    def __init__(self, stmt: Stmt) -> None:
+        self.stmt = stmt
+        self.done = False
+        self.error: BaseException | None = None
+
+
+class WriteBatch:
+    """put_writes calls queued for a saver's single connection, run as one statement.
+
+    A saver on one connection runs one statement at a time; the writes of LangGraph's
+    parallel tasks arrive together (a 16-task ``Send`` fan-out: 16 put_writes at once)
+    and queued for the connection one round trip each. Here each call queues its
+    ``insert_writes`` statement, then takes the connection; whoever holds it runs every
+    statement queued by then as one ``insert_writes_batch`` (sorted by thread and
+    namespace), so a call finds its writes already written, or writes the queue's. A
+    batch that fails is run again call by call, so each call gets its own outcome. No
+    I/O here: the drivers hold the connection and execute (saver.py, aio.py). Measured
+    with ``langgraph-delta-pg bench --only writes`` (docs/benchmarks.md)."""
+
+    def __init__(self, queries: Any) -> None:
+        self._queries = queries
+        self._lock = threading.Lock()
+        self._queue: list[_Queued] = []
+
+    def batchable(self, stmt: Stmt) -> bool:
+        return stmt.query is self._queries["write.insert_writes"]
+
+    def add(self, stmt: Stmt) -> _Queued:
+        entry = _Queued(stmt)
+        with self._lock:
+            self._queue.append(entry)
+        return entry
+
+    def take(self) -> list[_Queued]:
+        """Every call queued and not run yet (the caller holds the connection; a call
+        that queued before taking it is then either in the list or already done)."""
+        with self._lock:
+            out, self._queue = self._queue, []
+        return out
+
+    @staticmethod
+    def failed(entries: Sequence[_Queued], error: BaseException) -> list[_Queued]:
+        """The batch statement failed: one call's error is its own; several calls are
+        run again one by one (the list returned), each for its own outcome."""
+        if len(entries) == 1:
+            entries[0].error = error
+            return []
+        return list(entries)
+
+    def statement(self, entries: Sequence[_Queued]) -> Stmt:
+        """One statement for these calls (one call: its own)."""
+        if len(entries) == 1:
+            return entries[0].stmt
+        rows: list[list[Any]] = []
+        blobs: list[bytes] = []
+        at = 0
+        for e in sorted(entries, key=lambda e: (e.stmt.params["thread_id"],
+                                                e.stmt.params["checkpoint_ns"])):
+            p = e.stmt.params
+            key = [p["thread_id"], p["checkpoint_ns"], p["checkpoint_id"], p["task_id"],
+                   p["task_path"]]
+            for idx, ch, type_, off, length in p["writes"].obj:
+                rows.append([*key, idx, ch, type_, off + at, length])
+            blobs.append(p["data"])
+            at += len(p["data"])
+        return Stmt(
+            self._queries["write.insert_writes_batch"],
+            {"data": b"".join(blobs), "writes": plan_param(rows)},
+            fetch=False,
+        )

@@ -180,3 +180,79 @@ async def test_async_saver_orders_its_calls_per_namespace(dsn: str) -> None:
             mine = [k for th, k in saver.overlap.started if th == t]
             assert mine[-1] == "put", mine
         await _check(saver, heads)
+
+
+def _batched_statements(rec: Any) -> list[Any]:
+    return [s for s in rec.take() if "checkpoint_writes" in s.query and "INSERT" in s.query]
+
+
+async def test_queued_put_writes_run_as_one_statement(dsn: str) -> None:
+    """On one connection, put_writes that queued while it was busy (parallel tasks'
+    writes) run as one statement (WriteBatch); a call whose write the database refuses
+    gets its own error, and the others are written (the batch runs again call by call)."""
+    from tests.integration._explain import Recorder
+
+    with DeltaPostgresSaver.from_conn_string(dsn) as saver:
+        head = (await put_chain(Uniform(saver), "batch", 2))[-1]
+        rec = Recorder()
+        rec.attach(saver.conn)  # type: ignore[arg-type]
+        results: dict[int, Any] = {}
+
+        def call(k: int) -> None:
+            channel = "bad\x00" if k == 3 else "obj"  # jsonb refuses \u0000
+            try:
+                saver.put_writes(head, [(channel, k), ("num", 100 + k)], f"task{k}", "~p")
+                results[k] = None
+            except Exception as e:  # noqa: BLE001 - the test looks at it
+                results[k] = e
+
+        with saver.lock:  # the connection is busy: the calls queue
+            calls = [threading.Thread(target=call, args=(k,)) for k in range(8)]
+            for c in calls:
+                c.start()
+            deadline = time.monotonic() + 30
+            assert saver._batch is not None
+            while len(saver._batch._queue) < 8:
+                assert time.monotonic() < deadline, "the calls never queued"
+                time.sleep(0.01)
+        for c in calls:
+            c.join(30)
+        assert [k for k, e in results.items() if e is not None] == [3], results
+        statements = _batched_statements(rec)
+        # one batch statement (refused as a whole), then the eight calls one by one
+        assert len(statements) == 9 and "WITH ORDINALITY" in statements[0].query
+        with official_saver(dsn) as off:
+            want = _pending(off.get_tuple(head))
+        assert _pending(saver.get_tuple(head)) == want
+        assert sorted({t for t, _, _ in want}) == [f"task{k}" for k in range(8) if k != 3]
+
+        # all good: one statement for all of them
+        head2 = (await put_chain(Uniform(saver), "batch2", 2))[-1]
+        rec.take()
+        with saver.lock:
+            calls = [threading.Thread(target=saver.put_writes,
+                                      args=(head2, [("obj", k)], f"t{k}", "~p")) for k in range(6)]
+            for c in calls:
+                c.start()
+            while len(saver._batch._queue) < 6:
+                time.sleep(0.01)
+        for c in calls:
+            c.join(30)
+        assert len(_batched_statements(rec)) == 1
+        assert len(saver.get_tuple(head2).pending_writes) == 6  # type: ignore[union-attr]
+
+
+async def test_async_queued_put_writes_run_as_one_statement(dsn: str) -> None:
+    async with AsyncDeltaPostgresSaver.from_conn_string(dsn) as saver:
+        head = (await put_chain(Uniform(saver), "abatch", 2))[-1]
+        async with saver.lock:  # the connection is busy: the calls queue
+            tasks = [asyncio.ensure_future(saver.aput_writes(head, [("obj", k)], f"t{k}", "~p"))
+                     for k in range(6)]
+            assert saver._batch is not None
+            while len(saver._batch._queue) < 6:
+                await asyncio.sleep(0.01)
+        await asyncio.gather(*tasks)
+        tup = await saver.aget_tuple(head)
+        assert tup is not None and sorted(t for t, _, _ in tup.pending_writes) == [
+            f"t{k}" for k in range(6)
+        ]
