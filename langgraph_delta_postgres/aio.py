@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager, nullcontext, suppress
 from datetime import datetime
 from typing import Any, cast
 
+import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     ChannelVersions,
@@ -27,10 +28,14 @@ from . import migrate as _migrate
 from ._connect import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_PREPARE_THRESHOLD,
+    acheck_if_idle,
+    amark_returned,
     explained_connect,
     from_conn_string_kwargs,
+    may_retry,
+    retrying,
 )
-from ._ops.base import Op, T, debug_statements, log_statement
+from ._ops.base import Op, Stmt, T, debug_statements, log_statement
 from ._ops.checkpoints import _op_get_tuple, _op_list
 from ._ops.context import SaverCore
 from ._ops.history import _op_delta_history, wanted_channels
@@ -43,12 +48,14 @@ from ._server import StaleServerError
 AsyncConn = AsyncConnection[Any] | AsyncConnectionPool[Any]
 
 
-async def adrive(cur: AsyncCursor[Any], op: Op[T]) -> T:
+async def adrive(cur: AsyncCursor[Any], op: Op[T], at: list[Stmt] | None = None) -> T:
     """Async twin of :func:`.saver.drive`: same generator, awaited I/O."""
     debug = debug_statements()
     try:
         stmt = next(op)
         while True:
+            if at is not None:
+                at.append(stmt)
             started = time.perf_counter() if debug else 0.0
             cur.row_factory = tuple_row if stmt.by_position else dict_row
             await cur.execute(stmt.query, stmt.params, binary=stmt.binary)
@@ -236,8 +243,9 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
                 min_size=1,
                 max_size=pool_size,
                 kwargs=kwargs,
-                # a connection the server or the network closed is replaced, not lent
-                check=AsyncConnectionPool.check_connection,
+                # see DeltaPostgresSaver.from_conn_string
+                check=acheck_if_idle,
+                reset=amark_returned,
                 open=False,
             ) as pool:
                 yield cls(pool, serde=serde, schema=schema, cache_bytes=cache_bytes)
@@ -286,20 +294,32 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
     async def _new_connection(self, conn: AsyncConnection[Any]) -> None:
         """Hook: a connection's first use, after its identity was checked."""
 
-    async def _run(self, op: Op[T], *, atomic: bool = False) -> T:
+    async def _run(self, op: Op[T], *, atomic: bool = False, retried: bool = False) -> T:
+        """See :meth:`.DeltaPostgresSaver._run`."""
         if self._bound_loop is None:
             self._bound_loop = asyncio.get_running_loop()
+        at: list[Stmt] = []
+        broken = False
         try:
             async with self._connection() as conn:
                 tx_cm = conn.transaction() if atomic or not conn.autocommit else nullcontext()
                 try:
                     async with tx_cm, conn.cursor(binary=True) as cur:  # drive: row factory
-                        return await adrive(cur, op)
+                        return await adrive(cur, op, at)
+                except psycopg.OperationalError:
+                    broken = conn.broken or conn.closed
+                    raise
                 finally:
                     if self.pipe is not None:
                         await self.pipe.sync()
         except (UndefinedTable, UndefinedColumn) as e:
             raise self.setup_required(e) from e
+        except psycopg.OperationalError:
+            pooled = isinstance(self.conn, AsyncConnectionPool)
+            if retried or not may_retry(pooled, atomic, broken, at):
+                raise
+        with retrying():
+            return await self._run(resume(at[-1], op), atomic=atomic, retried=True)
 
     # ---------------------------------------------------------------- API
 

@@ -9,6 +9,7 @@ from contextlib import contextmanager, nullcontext, suppress
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     ChannelVersions,
@@ -27,10 +28,14 @@ from . import migrate as _migrate
 from ._connect import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_PREPARE_THRESHOLD,
+    check_if_idle,
     explained_connect,
     from_conn_string_kwargs,
+    mark_returned,
+    may_retry,
+    retrying,
 )
-from ._ops.base import Op, T, debug_statements, log_statement
+from ._ops.base import Op, Stmt, T, debug_statements, log_statement
 from ._ops.checkpoints import _op_get_tuple, _op_list
 from ._ops.context import SaverCore
 from ._ops.history import _op_delta_history, wanted_channels
@@ -43,12 +48,15 @@ from ._server import StaleServerError
 SyncConn = Connection[Any] | ConnectionPool[Any]
 
 
-def drive(cur: Cursor[Any], op: Op[T]) -> T:
-    """Run an operation's statements on ``cur``, feeding each one's rows back."""
+def drive(cur: Cursor[Any], op: Op[T], at: list[Stmt] | None = None) -> T:
+    """Run an operation's statements on ``cur``, feeding each one's rows back; ``at``
+    gets each statement before it runs (the one to run again if the connection broke)."""
     debug = debug_statements()
     try:
         stmt = next(op)
         while True:
+            if at is not None:
+                at.append(stmt)
             started = time.perf_counter() if debug else 0.0
             cur.row_factory = tuple_row if stmt.by_position else dict_row
             cur.execute(stmt.query, stmt.params, binary=stmt.binary)
@@ -135,8 +143,10 @@ class DeltaPostgresSaver(SaverCore):
                 min_size=1,
                 max_size=pool_size,
                 kwargs=kwargs,
-                # a connection the server or the network closed is replaced, not lent
-                check=ConnectionPool.check_connection,
+                # a connection idle a while is checked before it is lent; one that broke
+                # sooner fails its statement, which runs again (check_if_idle, _run)
+                check=check_if_idle,
+                reset=mark_returned,
                 open=True,
             ) as pool:
                 yield cls(pool, serde=serde, schema=schema, cache_bytes=cache_bytes)
@@ -188,20 +198,32 @@ class DeltaPostgresSaver(SaverCore):
     def _new_connection(self, conn: Connection[Any]) -> None:
         """Hook: a connection's first use, after its identity was checked."""
 
-    def _run(self, op: Op[T], *, atomic: bool = False) -> T:
+    def _run(self, op: Op[T], *, atomic: bool = False, retried: bool = False) -> T:
         """Run ``op`` on one connection; ``atomic``: several statements that must commit
-        together (every other operation is a single statement)."""
+        together (every other operation is a single statement). A statement whose pooled
+        connection broke runs once more on a checked one (``_connect.may_retry``)."""
+        at: list[Stmt] = []
+        broken = False
         try:
             with self._connection() as conn:
                 tx_cm = conn.transaction() if atomic or not conn.autocommit else nullcontext()
                 try:
                     with tx_cm, conn.cursor(binary=True) as cur:  # drive picks the row factory
-                        return drive(cur, op)
+                        return drive(cur, op, at)
+                except psycopg.OperationalError:
+                    broken = conn.broken or conn.closed
+                    raise
                 finally:
                     if self.pipe is not None:
                         self.pipe.sync()
         except (UndefinedTable, UndefinedColumn) as e:
             raise self.setup_required(e) from e
+        except psycopg.OperationalError:
+            pooled = isinstance(self.conn, ConnectionPool)
+            if retried or not may_retry(pooled, atomic, broken, at):
+                raise
+        with retrying():
+            return self._run(resume(at[-1], op), atomic=atomic, retried=True)
 
     # ---------------------------------------------------------------- API
 

@@ -22,7 +22,7 @@ from psycopg.types.json import Jsonb
 from .._checks import check_mapping, check_str
 from .._compat import _DeltaSnapshot
 from ..errors import LostParentError
-from .base import _PREFETCH, Op, Stmt, _configurable, _ns, _thread_id
+from .base import _PREFETCH, Op, Stmt, T, _configurable, _ns, _thread_id
 
 if TYPE_CHECKING:
     from .context import SaverCore
@@ -230,14 +230,14 @@ def _put_writes(
     return None
 
 
-def resume(first: Stmt, op: Op[Any]) -> Op[Any]:
+def resume(first: Stmt, op: Op[T]) -> Op[T]:
     """``op``, whose first statement was already taken from it (``first``)."""
     rows = yield first
     while True:
         try:
             stmt = op.send(rows)
         except StopIteration as stop:
-            return stop.value
+            return stop.value  # type: ignore[no-any-return]
         rows = yield stmt
 
 

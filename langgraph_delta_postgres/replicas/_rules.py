@@ -28,6 +28,7 @@ from psycopg_pool import PoolTimeout
 
 from .._connect import connect_kwargs
 from .._deadline import Deadline, deadline
+from .._ops.write import resume
 from .._server import ServerIdentity, log
 from .._sql import Queries
 from ..aio import AsyncDeltaPostgresSaver
@@ -207,17 +208,6 @@ def _page_gate(saver: Any, params: dict[str, Any], filter: dict[str, Any] | None
     return saver.queries["replicas.page_gate"]
 
 
-def _resume(first: Any, op: Any) -> Any:
-    """``op`` again, its first statement already taken (see ReplicaSaver._run)."""
-    rows = yield first
-    while True:
-        try:
-            stmt = op.send(rows)
-        except StopIteration as stop:
-            return stop.value
-        rows = yield stmt
-
-
 class ReplicaSaver(DeltaPostgresSaver):
     """A DeltaPostgresSaver on a replica's pool: each connection is checked at its first
     use (a hot standby of the primary, on its timeline) and bounded (statement and lock
@@ -226,14 +216,15 @@ class ReplicaSaver(DeltaPostgresSaver):
 
     bounds: ReplicaBounds
 
-    def _run(self, op: Any, *, atomic: bool = False) -> Any:
+    def _run(self, op: Any, *, atomic: bool = False, retried: bool = False) -> Any:
         # an answer made without a statement (the prefetch of a page's histories, the
-        # cache) needs no connection, and no guard
+        # cache) needs no connection, and no guard; a replica's broken connection is not
+        # tried again here: the routing saver has the primary answer
         try:
             first = next(op)
         except StopIteration as stop:
             return stop.value
-        return super()._run(_resume(first, op), atomic=atomic)
+        return super()._run(resume(first, op), atomic=atomic, retried=True)
 
     def _list_gate(self, params: dict[str, Any], filter: dict[str, Any] | None,
                    limit: int | None) -> Any:
@@ -279,12 +270,12 @@ class AsyncReplicaSaver(AsyncDeltaPostgresSaver):
 
     bounds: ReplicaBounds
 
-    async def _run(self, op: Any, *, atomic: bool = False) -> Any:
+    async def _run(self, op: Any, *, atomic: bool = False, retried: bool = False) -> Any:
         try:  # see ReplicaSaver._run
             first = next(op)
         except StopIteration as stop:
             return stop.value
-        return await super()._run(_resume(first, op), atomic=atomic)
+        return await super()._run(resume(first, op), atomic=atomic, retried=True)
 
     def _list_gate(self, params: dict[str, Any], filter: dict[str, Any] | None,
                    limit: int | None) -> Any:

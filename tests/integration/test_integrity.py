@@ -136,6 +136,30 @@ def test_pool_replaces_connections_the_server_closed(dsn: str, pg_server: Any) -
             # answered by new connections the pool opened, none of the killed ones
             now = _app_pids(pg_server.admin_dsn, app)
             assert now and not now & killed, (attempt, now, killed)
+        # a write whose connection broke runs again too (writes are keyed: safe to repeat)
+        _terminate_app(pg_server.admin_dsn, app)
+        saver.put_writes(c, [("x", 1)], "after-kill")
+        tup = saver.get_tuple(c)
+        assert tup is not None and [w[0] for w in tup.pending_writes] == ["after-kill"]
+
+
+def test_pool_checks_no_healthy_connection(dsn: str, monkeypatch: Any) -> None:
+    """A connection used within the last seconds is lent without a round trip of its
+    own (issue 37: a warm get_state cost 1 statement and 2 checks)."""
+    from psycopg_pool import ConnectionPool
+
+    checks: list[Any] = []
+    real = ConnectionPool.check_connection
+    monkeypatch.setattr(ConnectionPool, "check_connection",
+                        staticmethod(lambda conn: (checks.append(conn), real(conn))))
+    with DeltaPostgresSaver.from_conn_string(dsn, pool_size=2) as saver:
+        (c,) = put_chain_sync(saver, "t", 1)
+        saver.get_tuple(c)
+        checks.clear()
+        for _ in range(20):
+            assert saver.get_tuple(c) is not None
+            saver.put_writes(c, [("x", 1)], "w")
+        assert checks == []
 
 
 async def test_async_pool_replaces_connections_the_server_closed(
