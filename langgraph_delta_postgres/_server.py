@@ -109,3 +109,11 @@ class ServerTracker:
         """A connection known as ``ident`` reaches the server this saver uses now."""
         cur = self.current
         return cur is None or ident.same_history(cur)
+
+
+def unchanged_since(server: ServerTracker, changes: int) -> None:
+    """A call that began before a server change (a failover: ``changes`` was the count
+    then) goes no further: what it planned with may be the old server's (the history
+    cache it asked for is gone). The caller may try again."""
+    if server.changes != changes:
+        raise StaleServerError("the server changed (a failover) while this call ran; try again")

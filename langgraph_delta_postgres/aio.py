@@ -43,7 +43,7 @@ from ._ops.maintenance import _op_copy_thread, _op_delete_thread
 from ._ops.retention import PruneStats, _op_delete_for_runs, _op_delta_keepset, prune_ops
 from ._ops.write import WriteBatch, _op_put, _op_put_writes, resume
 from ._order import PUT, WRITES, Turns, ahold, put_keys, writes_keys
-from ._server import StaleServerError
+from ._server import StaleServerError, unchanged_since
 
 AsyncConn = AsyncConnection[Any] | AsyncConnectionPool[Any]
 
@@ -294,14 +294,22 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
     async def _new_connection(self, conn: AsyncConnection[Any]) -> None:
         """Hook: a connection's first use, after its identity was checked."""
 
-    async def _run(self, op: Op[T], *, atomic: bool = False, retried: bool = False) -> T:
+    async def _run(
+        self, op: Op[T], *, atomic: bool = False, retried: bool = False,
+        changes: int | None = None,
+    ) -> T:
         """See :meth:`.DeltaPostgresSaver._run`."""
         if self._bound_loop is None:
             self._bound_loop = asyncio.get_running_loop()
         at: list[Stmt] = []
         broken = False
+        began = changes
         try:
             async with self._connection() as conn:
+                if changes is not None:  # a second try: planned before this checkout
+                    unchanged_since(self._server, changes)
+                else:  # after this checkout's own server check
+                    began = self._server.changes
                 tx_cm = conn.transaction() if atomic or not conn.autocommit else nullcontext()
                 try:
                     async with tx_cm, conn.cursor(binary=True) as cur:  # drive: row factory
@@ -319,7 +327,8 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
             if retried or not may_retry(pooled, atomic, broken, at):
                 raise
         with retrying():
-            return await self._run(resume(at[-1], op), atomic=atomic, retried=True)
+            return await self._run(resume(at[-1], op), atomic=atomic, retried=True,
+                                   changes=began)
 
     # ---------------------------------------------------------------- API
 

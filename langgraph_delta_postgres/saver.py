@@ -43,7 +43,7 @@ from ._ops.maintenance import _op_copy_thread, _op_delete_thread
 from ._ops.retention import PruneStats, _op_delete_for_runs, _op_delta_keepset, prune_ops
 from ._ops.write import WriteBatch, _op_put, _op_put_writes, resume
 from ._order import PUT, WRITES, Turns, hold, put_keys, writes_keys
-from ._server import StaleServerError
+from ._server import StaleServerError, unchanged_since
 
 SyncConn = Connection[Any] | ConnectionPool[Any]
 
@@ -198,14 +198,24 @@ class DeltaPostgresSaver(SaverCore):
     def _new_connection(self, conn: Connection[Any]) -> None:
         """Hook: a connection's first use, after its identity was checked."""
 
-    def _run(self, op: Op[T], *, atomic: bool = False, retried: bool = False) -> T:
+    def _run(
+        self, op: Op[T], *, atomic: bool = False, retried: bool = False,
+        changes: int | None = None,
+    ) -> T:
         """Run ``op`` on one connection; ``atomic``: several statements that must commit
         together (every other operation is a single statement). A statement whose pooled
-        connection broke runs once more on a checked one (``_connect.may_retry``)."""
+        connection broke runs once more on a checked one (``_connect.may_retry``), unless
+        the server changed meanwhile (a failover: the statement was planned with what the
+        saver held of the old one; ``changes``: the count when the call began)."""
         at: list[Stmt] = []
         broken = False
+        began = changes
         try:
             with self._connection() as conn:
+                if changes is not None:  # a second try: planned before this checkout
+                    unchanged_since(self._server, changes)
+                else:  # after this checkout's own server check
+                    began = self._server.changes
                 tx_cm = conn.transaction() if atomic or not conn.autocommit else nullcontext()
                 try:
                     with tx_cm, conn.cursor(binary=True) as cur:  # drive picks the row factory
@@ -223,7 +233,7 @@ class DeltaPostgresSaver(SaverCore):
             if retried or not may_retry(pooled, atomic, broken, at):
                 raise
         with retrying():
-            return self._run(resume(at[-1], op), atomic=atomic, retried=True)
+            return self._run(resume(at[-1], op), atomic=atomic, retried=True, changes=began)
 
     # ---------------------------------------------------------------- API
 

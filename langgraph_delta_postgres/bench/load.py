@@ -240,7 +240,9 @@ class WaitSampler:
         }
 
 
-_THREAD_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes", "checkpoint_epochs")
+#: the tables a copy of a thread is made of (checkpoint_epochs: kept by the tables' triggers,
+#: migrations/0007)
+_THREAD_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 
 
 def clone_threads(conn: psycopg.Connection[Any], template: str, ids: list[str]) -> None:

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
+import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     ChannelVersions,
@@ -27,6 +28,8 @@ from .._connect import (
     DEFAULT_PREPARE_THRESHOLD,
     acheck_if_idle,
     amark_returned,
+    may_retry,
+    retrying,
 )
 from .._ops.retention import PruneStats
 from ..aio import AsyncDeltaPostgresSaver
@@ -153,12 +156,31 @@ class AsyncRoutingSaver(_RoutingCore):
     async def _do(self, step: Step) -> Any:
         saver = self._saver(step.saver)
         if isinstance(step, Query):
-            async with saver._connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
-                await cur.execute(self._statement(step.key), step.params)
-                return await cur.fetchall()
+            broken: list[bool] = []
+            try:  # see RoutingSaver._do
+                return await self._query(saver, step, broken)
+            except psycopg.OperationalError:
+                if saver is not self.primary or not may_retry(
+                    isinstance(saver.conn, AsyncConnectionPool), False, bool(broken), [step]
+                ):
+                    raise
+            with retrying():
+                return await self._query(saver, step, [])
         if step.method == "list":
             return [x async for x in saver.alist(*step.args, **step.kwargs)]
         return await getattr(saver, "a" + step.method)(*step.args, **step.kwargs)
+
+    async def _query(
+        self, saver: AsyncDeltaPostgresSaver, step: Query, broken: list[bool]
+    ) -> Any:
+        async with saver._connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+            try:
+                await cur.execute(self._statement(step.key), step.params)
+                return await cur.fetchall()
+            except psycopg.OperationalError:
+                if conn.broken or conn.closed:
+                    broken.append(True)
+                raise
 
     # ------------------------------------------------------------------ tokens
 

@@ -216,7 +216,10 @@ class ReplicaSaver(DeltaPostgresSaver):
 
     bounds: ReplicaBounds
 
-    def _run(self, op: Any, *, atomic: bool = False, retried: bool = False) -> Any:
+    def _run(
+        self, op: Any, *, atomic: bool = False, retried: bool = False,
+        changes: int | None = None,
+    ) -> Any:
         # an answer made without a statement (the prefetch of a page's histories, the
         # cache) needs no connection, and no guard; a replica's broken connection is not
         # tried again here: the routing saver has the primary answer
@@ -224,7 +227,7 @@ class ReplicaSaver(DeltaPostgresSaver):
             first = next(op)
         except StopIteration as stop:
             return stop.value
-        return super()._run(resume(first, op), atomic=atomic, retried=True)
+        return super()._run(resume(first, op), atomic=atomic, retried=True, changes=changes)
 
     def _list_gate(self, params: dict[str, Any], filter: dict[str, Any] | None,
                    limit: int | None) -> Any:
@@ -270,12 +273,16 @@ class AsyncReplicaSaver(AsyncDeltaPostgresSaver):
 
     bounds: ReplicaBounds
 
-    async def _run(self, op: Any, *, atomic: bool = False, retried: bool = False) -> Any:
+    async def _run(
+        self, op: Any, *, atomic: bool = False, retried: bool = False,
+        changes: int | None = None,
+    ) -> Any:
         try:  # see ReplicaSaver._run
             first = next(op)
         except StopIteration as stop:
             return stop.value
-        return await super()._run(resume(first, op), atomic=atomic, retried=True)
+        return await super()._run(resume(first, op), atomic=atomic, retried=True,
+                                  changes=changes)
 
     def _list_gate(self, params: dict[str, Any], filter: dict[str, Any] | None,
                    limit: int | None) -> Any:

@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
+import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     ChannelVersions,
@@ -26,6 +27,8 @@ from .._connect import (
     DEFAULT_PREPARE_THRESHOLD,
     check_if_idle,
     mark_returned,
+    may_retry,
+    retrying,
 )
 from .._ops.retention import PruneStats
 from ..saver import DeltaPostgresSaver
@@ -163,11 +166,30 @@ class RoutingSaver(_RoutingCore):
     def _do(self, step: Step) -> Any:
         saver = self._saver(step.saver)
         if isinstance(step, Query):
-            with saver._connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
-                cur.execute(self._statement(step.key), step.params)
-                return cur.fetchall()
+            broken: list[bool] = []
+            try:
+                return self._query(saver, step, broken)
+            except psycopg.OperationalError:
+                # the primary's statements are reads: once more on a checked connection
+                # when the connection broke (as the savers' own, _connect.may_retry)
+                if saver is not self.primary or not may_retry(
+                    isinstance(saver.conn, ConnectionPool), False, bool(broken), [step]
+                ):
+                    raise
+            with retrying():
+                return self._query(saver, step, [])
         got = getattr(saver, step.method)(*step.args, **step.kwargs)
         return list(got) if step.method == "list" else got
+
+    def _query(self, saver: DeltaPostgresSaver, step: Query, broken: list[bool]) -> Any:
+        with saver._connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+            try:
+                cur.execute(self._statement(step.key), step.params)
+                return cur.fetchall()
+            except psycopg.OperationalError:
+                if conn.broken or conn.closed:
+                    broken.append(True)
+                raise
 
     # ------------------------------------------------------------------ tokens
 
