@@ -49,8 +49,7 @@ TASKS = 16
 NODES = 8
 RUNS = 4
 TRIGGER_BLOCK = 50
-_TRIGGERS = (("checkpoints", "lgdp_epochs_put"), ("checkpoints", "lgdp_epochs_reput"),
-             ("checkpoint_writes", "lgdp_epochs_write"))
+_TRIGGERS = (("checkpoints", "lgdp_epochs_put"), ("checkpoint_writes", "lgdp_epochs_write"))
 #: scale -> (fan-out turn pairs, warm-up turns, concurrent rounds per saver, seconds per
 #: round, trigger block pairs)
 SIZES = {

@@ -333,3 +333,22 @@ def test_reput_then_late_write_is_seen(dsn: str, reputter: str) -> None:
                          task_id="t-reput", task_path="~z")
         got = canon_history(reader.get_delta_channel_history(config=head, channels=CHANNELS))
     assert got == _fresh(dsn, head) and "after-reput" in repr(got["messages"])
+
+
+def test_writes_to_the_heads_of_two_branches_are_not_late(dsn: str) -> None:
+    """Concurrent runs of one thread (or forks) put children of one parent: a write to
+    either head (a recent checkpoint without a child) is not late, though the other was
+    put last; a write to the parent (it has children) is (migrations/0007: recent and
+    parents). Before, every such write counted as late."""
+    with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as s:
+        chain = write_chain(s, "br", 4, CHANNELS)
+        one = write_chain(s, "br", 1, CHANNELS, start=chain.branches[-1])
+        two = write_chain(s, "br", 1, CHANNELS, start=chain.branches[-1])
+        assert one.ids[-1] != two.ids[-1]
+        before = _late_count(dsn, "br")
+        assert before is not None
+        s.put_writes(_cfg("br", one.ids[-1]), [("messages", ["to one"])], "t-one")
+        s.put_writes(_cfg("br", two.ids[-1]), [("messages", ["to two"])], "t-two")
+        assert _late_count(dsn, "br") == before
+        s.put_writes(_cfg("br", chain.ids[-1]), [("messages", ["to the parent"])], "t-p")
+        assert _late_count(dsn, "br") == before + 1
