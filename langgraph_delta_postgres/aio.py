@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, nullcontext, suppress
+from contextlib import asynccontextmanager, nullcontext
 from datetime import datetime
 from typing import Any, cast
 
@@ -401,12 +401,7 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
                                 e.error = own
             except (UndefinedTable, UndefinedColumn) as e:
                 raise self.setup_required(e) from e
-            if entry.error is not None:
-                if isinstance(entry.error, UndefinedTable | UndefinedColumn):
-                    raise self.setup_required(entry.error) from entry.error
-                raise entry.error
-            with suppress(StopIteration):
-                op.send([])
+            self._batch.finish(entry, op, self.setup_required)
 
     async def adelete_thread(self, thread_id: str) -> None:
         await self._run(_op_delete_thread(self, thread_id))

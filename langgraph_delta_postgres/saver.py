@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext, suppress
+from contextlib import contextmanager, nullcontext
 from datetime import datetime
 from typing import Any
 
@@ -305,12 +305,7 @@ class DeltaPostgresSaver(SaverCore):
                                 e.error = own
             except (UndefinedTable, UndefinedColumn) as e:
                 raise self.setup_required(e) from e
-            if entry.error is not None:
-                if isinstance(entry.error, UndefinedTable | UndefinedColumn):
-                    raise self.setup_required(entry.error) from entry.error
-                raise entry.error
-            with suppress(StopIteration):
-                op.send([])
+            self._batch.finish(entry, op, self.setup_required)
 
     def delete_thread(self, thread_id: str) -> None:
         self._run(_op_delete_thread(self, thread_id))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
@@ -17,6 +18,7 @@ from langgraph.checkpoint.base import (
     get_checkpoint_id,
     get_serializable_checkpoint_metadata,
 )
+from psycopg.errors import UndefinedColumn, UndefinedTable
 from psycopg.types.json import Jsonb
 
 from .._checks import check_mapping, check_str
@@ -286,6 +288,17 @@ class WriteBatch:
         with self._lock:
             out, self._queue = self._queue, []
         return out
+
+    @staticmethod
+    def finish(entry: _Queued, op: Op[None], setup_required: Any) -> None:
+        """After the connection was released: the call's own outcome (its error, a
+        missing table as ``setup_required`` says), then the rest of its operation."""
+        if entry.error is not None:
+            if isinstance(entry.error, UndefinedTable | UndefinedColumn):
+                raise setup_required(entry.error) from entry.error
+            raise entry.error
+        with suppress(StopIteration):
+            op.send([])
 
     @staticmethod
     def failed(entries: Sequence[_Queued], error: BaseException) -> list[_Queued]:
