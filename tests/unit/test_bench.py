@@ -114,6 +114,22 @@ def test_only_retention(pg_server: PgServer, tmp_path: Path) -> None:
     assert ret["full_ratio_chunks"] == 4
 
 
+def test_only_writes(pg_server: PgServer, tmp_path: Path) -> None:
+    out_json = tmp_path / "writes.json"
+    args = _args(dsn=pg_server.admin_dsn, scale="tiny", only="writes", json=str(out_json))
+    assert bench.run(args) == 0
+    res = json.loads(out_json.read_text())
+    assert res["command"].endswith("--only writes --json " + str(out_json))
+    w = res["writes"]
+    assert (w["tasks"], w["nodes"], w["runs"]) == (16, 8, 4)
+    for part in ("fan_out_sync", "fan_out_async"):
+        assert w[part]["pairs"] == 4 and w[part]["ratio"] > 0
+        assert all(v > 0 for v in w[part]["turn_ms_p50"].values())
+    for part in ("concurrent_sync", "concurrent_async"):
+        assert w[part]["rounds"] == 1 and all(v > 0 for v in w[part]["runs_per_s"].values())
+    assert w["trigger_cost"]["pairs"] == 2 and w["trigger_cost"]["ratio"] > 0
+
+
 def test_only_load(pg_server: PgServer, tmp_path: Path) -> None:
     out_json = tmp_path / "load.json"
     args = _args(dsn=pg_server.admin_dsn, scale="tiny", only="load", json=str(out_json),
