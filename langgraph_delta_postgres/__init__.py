@@ -14,7 +14,7 @@ from typing import Any
 
 from . import _compat  # noqa: F401  (first: a clear error on an unsupported langgraph-checkpoint)
 from ._ops.retention import PruneStats
-from ._stats import CacheStats, SaverStats, WalkStats
+from ._stats import CacheStats, OrderStats, SaverStats, WalkStats
 from .aio import AsyncDeltaPostgresSaver
 from .errors import (
     CorruptCheckpointError,
@@ -38,6 +38,7 @@ __all__ = [
     "HistoryError",
     "LostParentError",
     "MigrationError",
+    "OrderStats",
     "PruneStats",
     "PrunedValueError",
     "ReplicaMismatchError",

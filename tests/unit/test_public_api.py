@@ -69,10 +69,11 @@ def test_all_imports_and_is_what_the_docs_list() -> None:
     assert set(pkg.__all__) <= set(namespace)
     headed = {name for module, owner, name in documented()
               if module == "langgraph_delta_postgres" and owner is None}
-    assert set(pkg.__all__) - {"CacheStats", "SaverStats", "WalkStats"} <= headed
+    assert set(pkg.__all__) - {"CacheStats", "OrderStats", "SaverStats", "WalkStats"} <= headed
     # the stats types are documented in docs/observability.md
     observability = (ROOT / "docs" / "observability.md").read_text(encoding="utf-8")
-    assert all(n in observability for n in ("CacheStats", "SaverStats", "WalkStats"))
+    assert all(n in observability
+               for n in ("CacheStats", "OrderStats", "SaverStats", "WalkStats"))
 
 
 def test_every_name_of_the_api_reference_exists() -> None:
