@@ -112,15 +112,22 @@ async def acheck_if_idle(conn: Any) -> None:
         await AsyncConnectionPool.check_connection(conn)
 
 
-def may_retry(pooled: bool, atomic: bool, broken: bool, at: list[Any]) -> bool:
-    """Whether a statement that failed is run once more on another connection: on a pool
-    (a single connection has no other), its connection broken (a server restart, a
-    dropped connection: not an error of the statement), outside a transaction of several
-    statements (``atomic``), with a statement to run again. Every statement run outside
-    such a transaction is safe to repeat: reads, and writes keyed by their ids (a put is
-    an upsert of the same row, put_writes insert-or-nothing / upsert of the same
-    values), whether or not the first try committed."""
-    return pooled and not atomic and broken and bool(at)
+#: Errors that end the connection: the server terminated it (a restart, pg_terminate_backend)
+#: before psycopg may mark it broken
+SHUT_DOWN = (psycopg.errors.AdminShutdown, psycopg.errors.CrashShutdown)
+
+
+def may_retry(pooled: bool, atomic: bool, broken: bool, started: bool) -> bool:
+    """Whether a call that failed runs once more on another connection: on a pool (a
+    single connection has no other), and either before its first statement (the checkout,
+    or a new connection's server check, failed: nothing ran) or with its connection
+    broken (a server restart, a dropped connection: not an error of the statement)
+    outside a transaction of several statements (``atomic``). Every statement run
+    outside such a transaction is safe to repeat: reads, and writes keyed by their ids
+    (a put is an upsert of the same row, put_writes insert-or-nothing / upsert of the
+    same values), whether or not the first try committed. A pool that lent nothing in
+    time (``PoolTimeout``) is not asked again."""
+    return pooled and (not started or (broken and not atomic))
 
 
 @contextlib.contextmanager

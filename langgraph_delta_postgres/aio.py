@@ -22,12 +22,13 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline
 from psycopg.errors import UndefinedColumn, UndefinedTable
 from psycopg.rows import dict_row, tuple_row
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from . import migrate as _migrate
 from ._connect import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_PREPARE_THRESHOLD,
+    SHUT_DOWN,
     acheck_if_idle,
     amark_returned,
     explained_connect,
@@ -314,21 +315,23 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
                 try:
                     async with tx_cm, conn.cursor(binary=True) as cur:  # drive: row factory
                         return await adrive(cur, op, at)
-                except psycopg.OperationalError:
-                    broken = conn.broken or conn.closed
+                except psycopg.OperationalError as e:
+                    broken = conn.broken or conn.closed or isinstance(e, SHUT_DOWN)
                     raise
                 finally:
                     if self.pipe is not None:
                         await self.pipe.sync()
         except (UndefinedTable, UndefinedColumn) as e:
             raise self.setup_required(e) from e
-        except psycopg.OperationalError:
+        except psycopg.OperationalError as e:
             pooled = isinstance(self.conn, AsyncConnectionPool)
-            if retried or not may_retry(pooled, atomic, broken, at):
+            if retried or isinstance(e, PoolTimeout) or not may_retry(
+                pooled, atomic, broken, bool(at)
+            ):
                 raise
         with retrying():
-            return await self._run(resume(at[-1], op), atomic=atomic, retried=True,
-                                   changes=began)
+            again = resume(at[-1], op) if at else op  # the statement that failed, or all
+            return await self._run(again, atomic=atomic, retried=True, changes=began)
 
     # ---------------------------------------------------------------- API
 

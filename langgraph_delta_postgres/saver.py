@@ -22,12 +22,13 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg import Connection, Cursor, Pipeline
 from psycopg.errors import UndefinedColumn, UndefinedTable
 from psycopg.rows import dict_row, tuple_row
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from . import migrate as _migrate
 from ._connect import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_PREPARE_THRESHOLD,
+    SHUT_DOWN,
     check_if_idle,
     explained_connect,
     from_conn_string_kwargs,
@@ -220,20 +221,23 @@ class DeltaPostgresSaver(SaverCore):
                 try:
                     with tx_cm, conn.cursor(binary=True) as cur:  # drive picks the row factory
                         return drive(cur, op, at)
-                except psycopg.OperationalError:
-                    broken = conn.broken or conn.closed
+                except psycopg.OperationalError as e:
+                    broken = conn.broken or conn.closed or isinstance(e, SHUT_DOWN)
                     raise
                 finally:
                     if self.pipe is not None:
                         self.pipe.sync()
         except (UndefinedTable, UndefinedColumn) as e:
             raise self.setup_required(e) from e
-        except psycopg.OperationalError:
+        except psycopg.OperationalError as e:
             pooled = isinstance(self.conn, ConnectionPool)
-            if retried or not may_retry(pooled, atomic, broken, at):
+            if retried or isinstance(e, PoolTimeout) or not may_retry(
+                pooled, atomic, broken, bool(at)
+            ):
                 raise
         with retrying():
-            return self._run(resume(at[-1], op), atomic=atomic, retried=True, changes=began)
+            again = resume(at[-1], op) if at else op  # the statement that failed, or all
+            return self._run(again, atomic=atomic, retried=True, changes=began)
 
     # ---------------------------------------------------------------- API
 

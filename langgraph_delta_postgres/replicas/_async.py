@@ -161,7 +161,7 @@ class AsyncRoutingSaver(_RoutingCore):
                 return await self._query(saver, step, broken)
             except psycopg.OperationalError:
                 if saver is not self.primary or not may_retry(
-                    isinstance(saver.conn, AsyncConnectionPool), False, bool(broken), [step]
+                    isinstance(saver.conn, AsyncConnectionPool), False, bool(broken), True
                 ):
                     raise
             with retrying():

@@ -173,7 +173,7 @@ class RoutingSaver(_RoutingCore):
                 # the primary's statements are reads: once more on a checked connection
                 # when the connection broke (as the savers' own, _connect.may_retry)
                 if saver is not self.primary or not may_retry(
-                    isinstance(saver.conn, ConnectionPool), False, bool(broken), [step]
+                    isinstance(saver.conn, ConnectionPool), False, bool(broken), True
                 ):
                     raise
             with retrying():
