@@ -15,8 +15,9 @@
 -- = ANY: the first checkpoint's parent is NULL, and = ANY of an array holding a NULL is
 -- NULL, never false.) Before, "not the
 -- namespace's last put" counted every write of concurrent runs of one thread as late
--- (8,300 of 12,600 writes in `langgraph-delta-pg bench --only writes`' concurrent part,
--- each a bump that sent every cache of the thread back to the database).
+-- (8,300 of 12,600 writes of a run of `langgraph-delta-pg bench --only writes`'
+-- concurrent part, counted in the database after it, each a bump that sent every cache
+-- of the thread back to the database).
 --
 -- The order of a namespace's puts and writes is kept by the same row: a put updates it
 -- (an exclusive row lock), a write that is not late holds it shared, each until its
@@ -49,9 +50,10 @@
 -- one put_writes go to one checkpoint: the same decision each; a release with 0006
 -- takes the row exclusively first: its own later locks are no conflict).
 -- Per row, not per statement: a statement trigger's transition table cost more than the
--- row triggers' work (a put + put_writes step, triggers empty: +0.09 ms a step against
--- none; row triggers with this work: 0.78 ms, statement triggers 0.86, none 0.61, medians
--- of 10 interleaved blocks of 60 steps, one connection, Postgres 15, fsync off, load 1.1).
+-- row triggers' work (a scratch timing, not a benchmark figure: a put + put_writes step,
+-- triggers empty: +0.09 ms a step against none; row triggers with this work: 0.78 ms,
+-- statement triggers 0.86, none 0.61; medians of 10 interleaved blocks of 60 steps, one
+-- connection, Postgres 15, fsync off, load 1.1).
 --
 -- The functions pin the search_path of the migration (SET search_path FROM CURRENT), so
 -- a session's own search_path cannot redirect them. The savers' statements no longer

@@ -247,11 +247,10 @@ class _Queued:
     """One put_writes waiting in a :class:`WriteBatch`: its statement, and once run,
     its outcome (``error`` None: written)."""
 
-    __slots__ = ("stmt", "done", "error")
+    __slots__ = ("stmt", "error")
 
     def __init__(self, stmt: Stmt) -> None:
         self.stmt = stmt
-        self.done = False
         self.error: BaseException | None = None
 
 

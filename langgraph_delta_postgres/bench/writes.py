@@ -327,14 +327,6 @@ def run_writes(dsns: dict[str, str], scale: str, log: Callable[[str], None]) -> 
     return out
 
 
-def _loadavg() -> float | None:
-    with contextlib.suppress(OSError):
-        import os
-
-        return os.getloadavg()[0]
-    return None
-
-
 def run_alone(
     args: Any, scale: str, server: Callable[[str | None], Any], command: str
 ) -> dict[str, Any]:
@@ -346,6 +338,7 @@ def run_alone(
     from psycopg.rows import dict_row
 
     from .common import scratch_database, section_database
+    from .load import _loadavg
 
     with section_database(args, scale, server, command) as (res, dsn, server_dsn), \
             scratch_database(server_dsn, uuid.uuid4().hex[:10]) as (off_dsn, _):
