@@ -11,7 +11,10 @@
 -- through it). The row keeps the last RECENT_PUTS (32) checkpoints put in the namespace
 -- (recent) and their parents (parents), newest first: for a checkpoint among them, every
 -- child it has is among them too (a child is put after its parent), so "has a child" is
--- exact; for any other stored checkpoint it is assumed (late). (array_position, not
+-- exact; for any other stored checkpoint it is assumed (late). This holds because puts
+-- come in causal order (a child after its parent, as every saver's put does); a bulk
+-- insert in another order must make the row forget them (copy_thread does:
+-- sql/maintenance.sql, forget_recent). (array_position, not
 -- = ANY: the first checkpoint's parent is NULL, and = ANY of an array holding a NULL is
 -- NULL, never false.) Before, "not the
 -- namespace's last put" counted every write of concurrent runs of one thread as late

@@ -94,6 +94,16 @@ WHERE c.metadata ->> 'run_id' = ANY (%(run_ids)s::text[])
 -- Parameter: thread_id. Result column: found (a row when the thread has a checkpoint).
 SELECT 1 AS found FROM {s}checkpoints WHERE thread_id = %(thread_id)s LIMIT 1
 
+-- name: forget_recent
+-- After copy_thread, in its transaction: the target's checkpoint_epochs rows forget their
+-- recent puts (migrations/0007). The copy inserted its checkpoints in one statement, in
+-- no causal order (a child may come before its parent), so "a recent checkpoint's
+-- children are recent too" does not hold for them; every write to a copied checkpoint
+-- then counts as late until new puts fill the window. Parameter: thread_id.
+-- Index: checkpoint_epochs_pkey (thread_id leads it).
+UPDATE {s}checkpoint_epochs SET recent = NULL, parents = NULL
+WHERE thread_id = %(thread_id)s
+
 -- name: copy_thread
 -- copy_thread: every checkpoint, blob and write of source_thread_id, all namespaces, to
 -- target_thread_id, with the same checkpoint ids and parent pointers, so the copy can

@@ -51,5 +51,6 @@ def _copy_thread(ctx: SaverCore, source: str, target: str) -> Op[None]:
         {"source_thread_id": source, "target_thread_id": target},
         fetch=False,
     )
+    yield Stmt(ctx.queries["maintenance.forget_recent"], {"thread_id": target}, fetch=False)
     ctx._forget_threads([target])
     return None

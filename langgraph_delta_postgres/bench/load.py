@@ -266,6 +266,11 @@ def clone_threads(conn: psycopg.Connection[Any], template: str, ids: list[str]) 
             ).format(t=sql.Identifier(table), c=c),
             {"ids": ids, "src": template},
         )
+    # inserted in no causal order: every write to a copy counts as late until new puts
+    # (sql/maintenance.sql, forget_recent); the official saver's database has no such table
+    if _one(conn, "SELECT to_regclass('checkpoint_epochs') IS NOT NULL"):
+        conn.execute("UPDATE checkpoint_epochs SET recent = NULL, parents = NULL "
+                     "WHERE thread_id = ANY(%s)", (ids,))
     conn.execute("ANALYZE")
 
 

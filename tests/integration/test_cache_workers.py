@@ -352,3 +352,20 @@ def test_writes_to_the_heads_of_two_branches_are_not_late(dsn: str) -> None:
         assert _late_count(dsn, "br") == before
         s.put_writes(_cfg("br", chain.ids[-1]), [("messages", ["to the parent"])], "t-p")
         assert _late_count(dsn, "br") == before + 1
+
+
+def test_a_copy_forgets_its_recent_puts(dsn: str) -> None:
+    """copy_thread inserts its checkpoints in one statement, in no causal order: the
+    target's row forgets its recent puts, so a write to any copied checkpoint counts as
+    late (a cache may hold a chain through it) until new puts fill the window."""
+    with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as s:
+        chain = write_chain(s, "src", 5, CHANNELS)
+        s.copy_thread("src", "dst")
+        before = _late_count(dsn, "dst")
+        s.put_writes(_cfg("dst", chain.ids[-1]), [("messages", ["to the copy"])], "t-c")
+        assert _late_count(dsn, "dst") == (before or 0) + 1
+        # a new put refills the window: its own writes are not late
+        more = write_chain(s, "dst", 1, CHANNELS, start=chain.branches[-1])
+        after = _late_count(dsn, "dst")
+        s.put_writes(_cfg("dst", more.ids[-1]), [("messages", ["new head"])], "t-n")
+        assert _late_count(dsn, "dst") == after
