@@ -223,8 +223,10 @@ def test_latest_reads_and_tokens_across_processes(
     _chain(router, "t3", 1, parent=router.get_tuple(cfg("t3")).config)  # type: ignore[union-attr]
     # behind: the primary answers, with or without a token
     served = reader.routing_stats().replica_reads
+    # (counted from here: the caught-up read above may have taken more than one try)
+    behind = reader.routing_stats().replica_misses.get("behind", 0)
     assert tup(reader.get_tuple(cfg("t3"))) == tup(primary.get_tuple(cfg("t3")))
-    assert reader.routing_stats().replica_misses.get("behind") == 1
+    assert reader.routing_stats().replica_misses.get("behind", 0) == behind + 1
     _chain(router, "t3", 2, parent=router.get_tuple(cfg("t3")).config)  # type: ignore[union-attr]
     token = router.token()
     parse_token(token)
