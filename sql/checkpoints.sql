@@ -168,6 +168,11 @@ c.checkpoint_ns = %(checkpoint_ns)s
 -- name: where_id
 c.checkpoint_id = %(checkpoint_id)s
 
+-- name: where_visible
+-- Every read of tuples: a checkpoint prune kept only as a seed is not returned (it may
+-- no longer read what it read before: migrations/0008_seed_only.sql).
+c.seed_only IS NOT TRUE
+
 -- name: where_filter
 c.metadata @> %(filter)s
 
@@ -190,4 +195,5 @@ ORDER BY c.checkpoint_id DESC LIMIT %(limit)s
 c.thread_id = %(thread_id)s
 AND c.checkpoint_ns = %(checkpoint_ns)s
 AND c.checkpoint_id = (SELECT t.checkpoint_id FROM target AS t)
+AND c.seed_only IS NOT TRUE
 AND r.kind = 'a'

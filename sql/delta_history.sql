@@ -226,6 +226,7 @@ target AS (
         WHERE t.thread_id = %(thread_id)s
           AND t.checkpoint_ns = %(checkpoint_ns)s
           AND t.checkpoint_id = %(checkpoint_id)s::text
+          AND t.seed_only IS NOT TRUE
         UNION ALL
         (
             SELECT t.checkpoint_id, t.parent_checkpoint_id, t.checkpoint, t.metadata,
@@ -234,6 +235,7 @@ target AS (
             WHERE t.thread_id = %(thread_id)s
               AND t.checkpoint_ns = %(checkpoint_ns)s
               AND %(checkpoint_id)s::text IS NULL
+              AND t.seed_only IS NOT TRUE
             ORDER BY t.checkpoint_id DESC
             LIMIT 1
         )

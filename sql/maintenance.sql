@@ -19,7 +19,8 @@ DELETE FROM {s}checkpoints WHERE thread_id = ANY (%(thread_ids)s::text[])
 -- blobs no surviving checkpoint of the same thread and namespace references.
 -- Parameters: run_ids text[]; kept_threads, kept_ns, kept_ids text[]: checkpoints of the
 -- runs that later checkpoints still need (retention.run_children), kept with their
--- writes and blobs (the keep-sets of retention.run_children's checkpoints: they may
+-- writes and blobs, and marked seed_only (no read path returns them: the runs read as
+-- deleted) (the keep-sets of retention.run_children's checkpoints: they may
 -- also hold checkpoints of other runs, which this statement never deletes anyway).
 -- Result columns: kind, thread_id, checkpoint_ns, checkpoint_id. Kind 'd': once per
 -- thread a checkpoint was deleted from (the saver's cache forgets those; ns and id
@@ -76,6 +77,18 @@ WHERE b.thread_id = f.thread_id
                    AND k.checkpoint_id = c.checkpoint_id
              ))
   )
+), hide AS (
+    -- the runs' own checkpoints kept only as seeds are deleted for every read path
+    -- (seed_only, migration 0008): the runs read as deleted
+    UPDATE {s}checkpoints AS c
+    SET seed_only = TRUE
+    FROM kept AS k
+    WHERE c.thread_id = k.thread_id
+      AND c.checkpoint_ns = k.checkpoint_ns
+      AND c.checkpoint_id = k.checkpoint_id
+      AND c.metadata ->> 'run_id' = ANY (%(run_ids)s::text[])
+      AND coalesce(c.metadata ->> 'thread_id', c.thread_id) = c.thread_id
+      AND c.seed_only IS NOT TRUE
 )
 SELECT DISTINCT 'd'::text AS kind, d.thread_id AS thread_id,
        NULL::text AS checkpoint_ns, NULL::text AS checkpoint_id
@@ -115,13 +128,16 @@ WHERE thread_id = %(thread_id)s
 -- stored_channels is not copied blindly: a claim is kept only when it is backed, by a
 -- blob at the version the checkpoint names or by a non-null inline value (a delete that
 -- raced a put can leave a claim whose blob is gone; it reads as "not stored").
+-- A seed-only checkpoint stays seed-only in the copy (the copy's visible checkpoints
+-- rebuild their state from it, as the source's do).
 -- Writes are copied only with their checkpoint: orphans (writes whose checkpoint was
 -- never saved, or was deleted) stay behind (contract rule 13).
 -- Indexes: the primary keys (thread_id leads them).
 WITH cp AS (
     INSERT INTO {s}checkpoints (
         thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint,
-        metadata, stored_channels, delta_channels, delta_updates, delta_supersteps
+        metadata, stored_channels, delta_channels, delta_updates, delta_supersteps,
+        seed_only
     )
     SELECT %(target_thread_id)s, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
            c.type, c.checkpoint,
@@ -144,7 +160,7 @@ WITH cp AS (
                   )
                ORDER BY 1
            ) END,
-           c.delta_channels, c.delta_updates, c.delta_supersteps
+           c.delta_channels, c.delta_updates, c.delta_supersteps, c.seed_only
     FROM {s}checkpoints AS c
     WHERE c.thread_id = %(source_thread_id)s
     ON CONFLICT DO NOTHING

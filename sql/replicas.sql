@@ -164,6 +164,7 @@ SELECT
 -- Index: checkpoints_pkey (thread_id, checkpoint_ns, checkpoint_id), backwards, one row.
 , (SELECT c.checkpoint_id FROM {s}checkpoints AS c
    WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s
+     AND c.seed_only IS NOT TRUE
    ORDER BY c.checkpoint_id DESC LIMIT 1) AS head
 
 -- name: bound_session

@@ -22,6 +22,7 @@ target AS (
     WHERE t.thread_id = %(thread_id)s
       AND t.checkpoint_ns = %(checkpoint_ns)s
       AND t.checkpoint_id = %(checkpoint_id)s::text
+      AND t.seed_only IS NOT TRUE
     UNION ALL
     (
         SELECT t.checkpoint_id
@@ -29,6 +30,7 @@ target AS (
         WHERE t.thread_id = %(thread_id)s
           AND t.checkpoint_ns = %(checkpoint_ns)s
           AND %(checkpoint_id)s::text IS NULL
+          AND t.seed_only IS NOT TRUE
         ORDER BY t.checkpoint_id DESC
         LIMIT 1
     )
@@ -68,6 +70,7 @@ target AS (
         WHERE t.thread_id = %(thread_id)s
           AND t.checkpoint_ns = %(checkpoint_ns)s
           AND %(checkpoint_id)s::text IS NULL
+          AND t.seed_only IS NOT TRUE
         ORDER BY t.checkpoint_id DESC
         LIMIT 1
     )
@@ -215,20 +218,21 @@ FROM bad AS b
 -- name: prune_result
 -- prune of one (thread, namespace): keep the walk's checkpoints, their writes and every
 -- blob version a kept checkpoint's channel_versions names; delete every other
--- checkpoint, write and blob of the namespace (none when %(dry_run)s), and detach a kept
--- checkpoint whose parent is deleted (parent_checkpoint_id NULL, as keep_latest always
--- did). Nothing is deleted when the walk stopped on bad data.
+-- checkpoint, write and blob of the namespace (none when %(dry_run)s), and mark the kept
+-- checkpoints past the keep_last latest seed_only (see `hide`). Nothing is deleted or
+-- marked when the walk stopped on bad data.
 -- One statement, so one snapshot: a checkpoint committed after it started is neither
 -- seen nor deleted. Writes go by the checkpoints deleted (a run can commit a step's
 -- writes before its checkpoint: those are kept).
 -- Parameters: as the blocks before, and dry_run boolean.
 -- Result: one row: checkpoints, writes, blobs (rows deleted, or that would be), bytes
 -- (pg_column_size of their stored values: checkpoint + metadata jsonb, write and blob
--- bytea; as stored, i.e. compressed, without reading TOAST), kept (checkpoints kept), bad (the checkpoint where the walk
+-- bytea; as stored, i.e. compressed, without reading TOAST), kept (checkpoints kept),
+-- hidden (kept checkpoints newly marked seed_only, or that would be), bad (the checkpoint where the walk
 -- stopped on bad data, else NULL), bad_cycle (true: that was a cycle, false: the depth
 -- guard, NULL: no bad data).
 -- Indexes: the three primary keys, by their (thread_id, checkpoint_ns) prefix; writes
--- and the detach look their checkpoint up by checkpoints_pkey.
+-- and the hide look their checkpoint up by checkpoints_pkey.
 ,
 kept AS (
     SELECT coalesce(array_agg(DISTINCT w.checkpoint_id), '{{}}'::text[]) AS ids
@@ -312,17 +316,33 @@ del_blobs AS (
       AND b.checkpoint_ns = %(checkpoint_ns)s
       AND b.ctid = ANY (ARRAY(SELECT d.tid FROM doomed_blobs AS d))
 ),
-detach AS (
+-- The kept checkpoints past the keep_last latest are kept only as seeds: they may not
+-- read what they read before (their own seeds can be older than the oldest kept), so
+-- they are marked seed_only, and no read path returns them again (migration 0008). No
+-- kept checkpoint is changed otherwise: its parent_checkpoint_id stays what it was,
+-- even when that parent is deleted (its parent_config reads as before; loading it
+-- answers as for a deleted checkpoint).
+hidden AS (
+    SELECT coalesce(array_agg(DISTINCT w.checkpoint_id), '{{}}'::text[]) AS ids
+    FROM walk AS w
+    WHERE w.depth > %(keep_last)s::int
+      AND NOT EXISTS (SELECT 1 FROM bad)
+),
+newly_hidden AS (
+    SELECT c.ctid AS tid
+    FROM {s}checkpoints AS c, hidden AS h
+    WHERE c.thread_id = %(thread_id)s
+      AND c.checkpoint_ns = %(checkpoint_ns)s
+      AND c.checkpoint_id = ANY (h.ids)
+      AND c.seed_only IS NOT TRUE
+),
+hide AS (
     UPDATE {s}checkpoints AS c
-    SET parent_checkpoint_id = NULL
-    FROM kept AS k
+    SET seed_only = TRUE
     WHERE NOT %(dry_run)s
       AND c.thread_id = %(thread_id)s
       AND c.checkpoint_ns = %(checkpoint_ns)s
-      AND c.checkpoint_id = ANY (k.ids)
-      AND c.parent_checkpoint_id IS NOT NULL
-      AND c.parent_checkpoint_id <> ALL (k.ids)
-      AND NOT EXISTS (SELECT 1 FROM bad)
+      AND c.ctid = ANY (ARRAY(SELECT n.tid FROM newly_hidden AS n))
 )
 SELECT
     (SELECT count(*) FROM doomed) AS checkpoints,
@@ -332,6 +352,7 @@ SELECT
         + (SELECT coalesce(sum(d.bytes), 0) FROM doomed_writes AS d)
         + (SELECT coalesce(sum(d.bytes), 0) FROM doomed_blobs AS d) AS bytes,
     (SELECT cardinality(k.ids) FROM kept AS k) AS kept,
+    (SELECT count(*) FROM newly_hidden) AS hidden,
     (SELECT b.checkpoint_id FROM bad AS b) AS bad,
     (SELECT b.cycle FROM bad AS b) AS bad_cycle
 

@@ -201,7 +201,7 @@ def _list(
     _PREFETCH.set(None)  # the prefetch serves only the call right after get_tuple
     q = ctx.queries
     params: dict[str, Any] = {"tasks": TASKS}
-    preds: list[str] = []
+    preds: list[str] = ["checkpoints.where_visible"]  # never a seed-only checkpoint
     held: dict[str, bytes] = {}
     if config is not None:
         params["thread_id"] = _thread_id(config)
@@ -233,10 +233,9 @@ def _list(
     parts.append(q["checkpoints.from_checkpoints"])
     if by_key:
         parts.append(q["checkpoints.keys_newest"])
-    if preds:
-        parts += [sql.SQL("WHERE"), q.join(*preds, sep=" AND ")]
-        if gate is not None:
-            parts += [sql.SQL("AND"), gate]
+    parts += [sql.SQL("WHERE"), q.join(*preds, sep=" AND ")]
+    if gate is not None:
+        parts += [sql.SQL("AND"), gate]
     if limit is not None:
         params["limit"] = int(limit)
         parts.append(q["checkpoints.order_newest_limit"])

@@ -92,7 +92,8 @@ class SaverCore(BaseCheckpointSaver[str]):
             "tuple_by_id", "checkpoints.select_tuples", "checkpoints.from_checkpoints",
             sql.SQL("WHERE"),
             "checkpoints.where_thread", sql.SQL("AND"), "checkpoints.where_ns",
-            sql.SQL("AND"), "checkpoints.where_id", "checkpoints.tuples_of",
+            sql.SQL("AND"), "checkpoints.where_id", sql.SQL("AND"),
+            "checkpoints.where_visible", "checkpoints.tuples_of",
         )
 
     def _history_params(

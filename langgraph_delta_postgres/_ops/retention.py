@@ -32,13 +32,16 @@ class PruneStats:
     ``threads``: threads pruned (those ``before=`` skipped are not counted);
     ``checkpoints`` / ``writes`` / ``blobs``: rows; ``bytes``: the stored size of their
     values (checkpoint and metadata JSONB, write and blob bytes, as Postgres stores
-    them: compressed), i.e. about what the tables shrink by once vacuumed."""
+    them: compressed), i.e. about what the tables shrink by once vacuumed;
+    ``hidden``: checkpoints kept only as seeds of the ones left visible, newly marked
+    seed_only (no read path returns them again: docs/retention.md)."""
 
     threads: int = 0
     checkpoints: int = 0
     writes: int = 0
     blobs: int = 0
     bytes: int = 0
+    hidden: int = 0
 
     def __add__(self, other: PruneStats) -> PruneStats:
         return PruneStats(
@@ -136,7 +139,9 @@ def _op_prune_ns(
             f"thread was deleted: its parent chain is corrupt at checkpoint {r['bad']!r} "
             f"({bad_chain(ctx, r['bad_cycle'])})"
         )
-    return PruneStats(0, r["checkpoints"], r["writes"], r["blobs"], int(r["bytes"]))
+    return PruneStats(
+        0, r["checkpoints"], r["writes"], r["blobs"], int(r["bytes"]), r["hidden"]
+    )
 
 
 def _op_prune_thread(

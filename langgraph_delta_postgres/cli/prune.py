@@ -206,5 +206,7 @@ def _print_summary(
     table.add_row(f"writes {verb}", f"{total.writes:,}")
     table.add_row(f"blobs {verb}", f"{total.blobs:,}")
     table.add_row(f"bytes {verb}", _human(total.bytes))
+    hid = "checkpoints to keep as seeds only" if dry else "checkpoints kept as seeds only"
+    table.add_row(hid, f"{total.hidden:,}")
     table.add_row("time", f"{elapsed:.1f} s ({scanned / elapsed if elapsed else 0:,.0f} threads/s)")
     console.print(table)
