@@ -61,6 +61,21 @@ def orphan_blobs(dsn: str) -> list[tuple[Any, ...]]:
         ).fetchall()
 
 
+def stored_checkpoints(dsn: str, thread_id: str) -> dict[str, tuple[str, str | None, Any]]:
+    """Every checkpoint row of the thread, listed or not (prune and delete_for_runs keep
+    some only as seeds: seed_only TRUE, and no read path returns them; NULL: visible):
+    checkpoint id -> (namespace, parent_checkpoint_id, seed_only)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return {
+            r[0]: (r[1], r[2], r[3])
+            for r in conn.execute(
+                "SELECT checkpoint_id, checkpoint_ns, parent_checkpoint_id, seed_only "
+                "FROM checkpoints WHERE thread_id = %s",
+                (thread_id,),
+            )
+        }
+
+
 # --------------------------------------------------------------------------- list
 
 
@@ -352,8 +367,9 @@ async def test_delete_for_runs_of_a_delta_thread_deletes_what_nothing_needs(
 ) -> None:
     """Thread D: run r1 (2 checkpoints) then r2 (2) with DeltaChannel counters for "obj",
     stored only at D's first checkpoint. Deleting r1 keeps r1's checkpoints (r2 rebuilds
-    "obj" from them) instead of refusing; deleting r2, which nothing builds on, removes
-    it entirely."""
+    "obj" from them) instead of refusing, but only as seeds: their rows stay, marked
+    seed_only, and every read path answers as for deleted checkpoints; deleting r2, which
+    nothing builds on, removes it entirely."""
     async with open_saver(saver_factory, dsn) as u:
         runs = ["r1", "r1", "r2", "r2"]
         chain = await put_chain(
@@ -365,14 +381,36 @@ async def test_delete_for_runs_of_a_delta_thread_deletes_what_nothing_needs(
         )
         for c in chain:
             await u.put_writes(c, [("obj", c["configurable"]["checkpoint_id"])], "t", "")
+        ids = [c["configurable"]["checkpoint_id"] for c in chain]
+        parents = [None, *ids[:-1]]
         latest = chain[-1]
         before = await u.history(latest, ["obj"])
+        r2_before = [await u.get_tuple(c) for c in chain[2:]]
         await u.delete_for_runs(["r1"])
-        assert len(await u.list(cfg("D"))) == 4
-        assert await u.history(latest, ["obj"]) == before
-        await u.delete_for_runs(["r2"])
+        # every row stays as it was (parents too); r1's are marked seed_only
+        assert stored_checkpoints(dsn, "D") == {
+            i: ("", p, True if n < 2 else None)
+            for n, (i, p) in enumerate(zip(ids, parents, strict=True))
+        }
         left = await u.list(cfg("D"))
-        assert [t.metadata["run_id"] for t in left] == ["r1", "r1"]
+        assert [t.config["configurable"]["checkpoint_id"] for t in left] == [ids[3], ids[2]]
+        assert [t.metadata["run_id"] for t in left] == ["r2", "r2"]
+        # r2's checkpoints read as before: r2's first still names its parent, of r1
+        assert [await u.get_tuple(c) for c in chain[2:]] == r2_before
+        assert left[-1].parent_config == cfg("D", "", ids[1])
+        for c in chain[:2]:  # r1 reads as deleted
+            assert await u.get_tuple(c) is None
+            assert await u.history(c, ["obj"]) == {"obj": {"writes": []}}
+            assert await u.keepset(c, ["obj"]) == set()
+        assert await u.history(latest, ["obj"]) == before
+        assert await u.keepset(latest, ["obj"]) == set(ids)  # through r1's seed-only rows
+        await u.delete_for_runs(["r2"])
+        # r2 is gone entirely; r1's seed-only rows stay behind, and D reads as empty
+        assert stored_checkpoints(dsn, "D") == {
+            ids[0]: ("", None, True), ids[1]: ("", ids[0], True)
+        }
+        assert await u.list(cfg("D")) == []
+        assert await u.get_tuple(cfg("D")) is None
         assert table_counts(dsn, "D")["checkpoint_writes"] == 2
         assert orphan_blobs(dsn) == []
 
