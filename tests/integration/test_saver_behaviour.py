@@ -466,7 +466,9 @@ async def test_prune_keep_latest_and_delete(dsn: str, saver_factory: SaverFactor
                 await u.put_writes(chain[-2], [("obj", {"old": 1})], "task", "~p")
                 latest[(t, ns)] = await u.get_tuple(chain[-1])
         b_before = table_counts(dsn, "B")
-        await u.prune(["A"], strategy="keep_latest")
+        stats = await u.prune(["A"], strategy="keep_latest")
+        # no DeltaChannel: nothing is kept as a seed
+        assert (stats.threads, stats.checkpoints, stats.hidden) == (1, 6, 0)
         a_left = await u.list({"configurable": {"thread_id": "A"}})
         assert len(a_left) == 2
         for t in a_left:
@@ -476,7 +478,17 @@ async def test_prune_keep_latest_and_delete(dsn: str, saver_factory: SaverFactor
             assert t.checkpoint == ref.checkpoint
             assert t.metadata == ref.metadata
             assert t.pending_writes == ref.pending_writes
-            assert t.parent_config is None  # its parent is gone
+            # its parent pointer is left as it was: the parent reads as deleted
+            assert ref.parent_config is not None
+            assert t.parent_config == ref.parent_config
+            assert await u.get_tuple(t.parent_config) is None
+        assert stored_checkpoints(dsn, "A") == {
+            ref.config["configurable"]["checkpoint_id"]: (
+                ns, ref.parent_config["configurable"]["checkpoint_id"], None
+            )
+            for (t, ns), ref in latest.items()
+            if t == "A" and ref is not None and ref.parent_config is not None
+        }
         assert table_counts(dsn, "A") == {
             "checkpoints": 2, "checkpoint_blobs": 2, "checkpoint_writes": 2
         }
