@@ -509,7 +509,8 @@ async def test_prune_keep_latest_keeps_what_delta_threads_need(
     dsn: str, saver_factory: SaverFactory
 ) -> None:
     """keep_latest used to refuse DeltaChannel threads (DeltaPruneError); it now keeps
-    the checkpoints back to the nearest stored value of each DeltaChannel."""
+    the checkpoints back to the nearest stored value of each DeltaChannel: the latest
+    visible, the older ones only as seeds (seed_only: they read as deleted)."""
     async with open_saver(saver_factory, dsn) as u:
         await put_chain(u, "plain", 3)
         # "m" is stored at checkpoint 1 only, later checkpoints bump its version with
@@ -528,12 +529,29 @@ async def test_prune_keep_latest_keeps_what_delta_threads_need(
         assert await u.keepset(cfg("delta"), ["m", "m"]) == needed  # the latest, by default
         assert await u.keepset(latest, []) == {latest["configurable"]["checkpoint_id"]}
         assert await u.keepset(cfg("delta", "", "nope"), ["m"]) == set()
+        latest_before = await u.get_tuple(latest)
         stats = await u.prune(["delta", "plain"], strategy="keep_latest")
         assert stats.threads == 2 and stats.checkpoints == 1 + 2
-        kept = {t.config["configurable"]["checkpoint_id"] for t in await u.list(cfg("delta"))}
-        assert kept == {c["configurable"]["checkpoint_id"] for c in chain[1:]}
+        assert stats.hidden == 3  # the 3 seeds of "delta"'s latest; none of "plain"
+        ids = [c["configurable"]["checkpoint_id"] for c in chain]
+        # the keep-set stays in the table, parents as they were (the oldest kept still
+        # names the deleted root); all but the latest are marked seed_only
+        assert stored_checkpoints(dsn, "delta") == {
+            ids[i]: ("", ids[i - 1], None if i == 4 else True) for i in range(1, 5)
+        }
+        listed = await u.list(cfg("delta"))
+        assert [t.config["configurable"]["checkpoint_id"] for t in listed] == [ids[4]]
+        assert await u.get_tuple(latest) == latest_before  # parent_config as before
+        for c in chain[:4]:  # the seeds and the deleted root read as deleted
+            assert await u.get_tuple(c) is None
+            assert await u.history(c, ["m"]) == {"m": {"writes": []}}
+            assert await u.keepset(c, ["m"]) == set()
         assert await u.history(latest, ["m"]) == before
+        assert await u.keepset(latest, ["m"]) == needed
         assert table_counts(dsn, "plain")["checkpoints"] == 1
+        again = await u.prune(["delta"], strategy="keep_latest")  # idempotent
+        assert (again.checkpoints, again.hidden) == (0, 0)
+        assert await u.history(latest, ["m"]) == before
         assert (await u.prune(["delta"], strategy="delete_all")).checkpoints == 4
         assert table_counts(dsn, "delta")["checkpoints"] == 0
 
