@@ -11,9 +11,9 @@ from __future__ import annotations
 import random
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 from unittest import mock
 
 import psycopg
@@ -331,14 +331,68 @@ def expected_keep(steps: Sequence[Step], keep_last: int) -> set[str]:
     return keep
 
 
+def expected_visible(steps: Sequence[Step], keep_last: int) -> set[str]:
+    """What prune(keep_last=...) leaves visible (listed, loadable) of ``steps``: per
+    namespace the keep_last latest of the head's chain. The rest of expected_keep stays
+    in the table only as seeds (seed_only: every read path answers as for a deleted
+    checkpoint)."""
+    return {
+        s.checkpoint_id
+        for h in latest_by_ns(steps).values()
+        for s in chain_of(steps, h, keep_last)
+    }
+
+
+class Row(NamedTuple):
+    """A checkpoint row as stored, listed or not."""
+
+    ns: str
+    parent: str | None
+    seed_only: bool | None  # TRUE: kept only as a seed (prune, delete_for_runs); NULL: visible
+    run_id: str | None
+
+
+def stored_rows(dsn: str, thread: str) -> dict[str, Row]:
+    """Every checkpoint row of ``thread`` by id, those no read path returns included."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return {
+            r[0]: Row(r[1], r[2], r[3], r[4])
+            for r in conn.execute(
+                "SELECT checkpoint_id, checkpoint_ns, parent_checkpoint_id, seed_only, "
+                "metadata ->> 'run_id' FROM checkpoints WHERE thread_id = %s",
+                (thread,),
+            )
+        }
+
+
+def visible_after_prune(rows: Mapping[str, Row], keep_last: int) -> set[str]:
+    """What prune(keep_last=...) leaves visible of a thread stored as ``rows`` (none of
+    them seed_only yet): per namespace the keep_last latest of the parent chain of its
+    head (its highest id)."""
+    out: set[str] = set()
+    for ns in {r.ns for r in rows.values()}:
+        cur: str | None = max(i for i, r in rows.items() if r.ns == ns)
+        for _ in range(keep_last):
+            if cur is None or cur not in rows:
+                break
+            out.add(cur)
+            cur = rows[cur].parent
+    return out
+
+
 @pytest.mark.parametrize("keep_last", [None, 3, 8])
 async def test_aprune_keeps_what_prune_keeps(dsn: str, keep_last: int | None) -> None:
     """The async saver's prune passes keep_last on: exactly the keep_last latest of every
-    namespace and their keep-set are left, as prune leaves them, and dry_run counted it."""
+    namespace and their keep-set are left, as prune leaves them, and dry_run counted it;
+    of those only the keep_last latest are visible, the rest of the keep-set is kept as
+    seeds (seed_only, parents unchanged) and reads as deleted."""
     steps = with_counters(namespaces(random.Random("aprune"), 60))
     want = expected_keep(steps, keep_last or 1)
+    visible = expected_visible(steps, keep_last or 1)
+    assert visible < want  # some are kept only as seeds
     if keep_last is not None:  # keep_last decides what is left here
         assert want > expected_keep(steps, 1), keep_last
+    by_id = {s.checkpoint_id: s for s in steps}
     with psycopg.connect(dsn, autocommit=True) as conn:
         ours = DeltaPostgresSaver(conn)
         for thread in ("A", "S"):
@@ -347,14 +401,25 @@ async def test_aprune_keeps_what_prune_keeps(dsn: str, keep_last: int | None) ->
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
         saver = AsyncDeltaPostgresSaver(aconn)
         dry = await saver.aprune(["A"], keep_last=keep_last, dry_run=True)
+        assert {r.seed_only for r in stored_rows(dsn, "A").values()} == {None}
         done = await saver.aprune(["A"], keep_last=keep_last)
         assert done == dry == synced
+        rows = stored_rows(dsn, "A")
+        assert rows == {
+            i: Row(by_id[i].ns, by_id[i].parent_id, None if i in visible else True, None)
+            for i in want
+        }
+        assert stored_rows(dsn, "S") == rows
         every_ns = {"configurable": {"thread_id": "A"}}
         left = {t.config["configurable"]["checkpoint_id"] async for t in saver.alist(every_ns)}
-        assert left == want
+        assert left == visible
+        for i in want - visible:
+            assert await saver.aget_tuple(cfg("A", by_id[i].ns, i)) is None, i
         assert done.checkpoints == len(steps) - len(want)
+        assert done.hidden == len(want) - len(visible)
         again = await saver.aprune(["A"], keep_last=keep_last)
-        assert (again.checkpoints, again.writes, again.blobs) == (0, 0, 0)
+        assert (again.checkpoints, again.writes, again.blobs, again.hidden) == (0, 0, 0, 0)
+        assert stored_rows(dsn, "A") == rows
 
 
 def test_prune_before_and_argument_errors(dsn: str) -> None:
