@@ -529,8 +529,10 @@ def check_pruned_thread(
     keep_last: int | None = None,
 ) -> None:
     """``write`` a thread A (with our saver or the official one); copy it to B; prune A
-    with ours; A's state reads the same as B's, through ours and the official saver;
-    then A and B continue with the inputs ``cont`` and stay equal."""
+    with ours; exactly the keep_last latest of each namespace's chain are left visible,
+    what else is kept stays as it was, marked seed_only, and loads as deleted; A's state
+    reads the same as B's, through ours and the official saver; then A and B continue
+    with the inputs ``cont`` and stay equal."""
     with psycopg.connect(dsn, autocommit=True) as conn, official_saver(dsn) as off:
         ours = DeltaPostgresSaver(conn)
         g_ours = builder.compile(checkpointer=ours)
@@ -538,10 +540,31 @@ def check_pruned_thread(
         write(g_ours if writer == "ours" else g_off, T("A"))
         ours.copy_thread("A", "B")
         before = observe(g_ours, T("B"))
+        rows = stored_rows(dsn, "A")
         n = len(list(ours.list(T("A"))))
+        assert n == len(rows) and {r.seed_only for r in rows.values()} == {None}
+        visible = visible_after_prune(rows, keep_last or 1)
         stats = ours.prune(["A"], keep_last=keep_last)
-        left = len(list(ours.list(T("A"))))
-        assert stats.checkpoints == n - left and left < n, (n, left)
+        kept = stored_rows(dsn, "A")
+        left = {t.config["configurable"]["checkpoint_id"]: t for t in ours.list(T("A"))}
+        assert set(left) == visible and len(left) < n, (n, len(left))
+        # the rest of the keep-set: rows as they were (parents too), marked seed_only
+        assert visible <= set(kept) <= set(rows)
+        assert kept == {i: rows[i]._replace(seed_only=None if i in visible else True)
+                        for i in kept}
+        assert 0 < stats.checkpoints == n - len(kept), (n, len(kept))
+        assert stats.hidden == len(kept) - len(visible)
+        for i in set(kept) - visible:
+            assert ours.get_tuple(cfg("A", kept[i].ns, i)) is None, i
+        for i, t in left.items():  # parent_config as before; a parent not visible is None
+            parent = rows[i].parent
+            if parent is None:
+                assert t.parent_config is None, i
+            else:
+                assert t.parent_config is not None, i
+                assert t.parent_config["configurable"]["checkpoint_id"] == parent, i
+                if parent not in visible:
+                    assert ours.get_tuple(t.parent_config) is None, i
         assert observe(g_ours, T("A")) == before
         assert observe(g_off, T("A")) == before
         for inp in cont:
