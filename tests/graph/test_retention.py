@@ -639,7 +639,8 @@ def test_delete_for_runs_keeps_what_later_runs_need(
 ) -> None:
     """Runs r0..r3 on a DeltaChannel thread (snapshot_frequency=100: every state is
     rebuilt from r0 on). Deleting r1 keeps the checkpoints of r1 that r2 builds on
-    (logged), and the thread reads and continues like an untouched copy; deleting the
+    (logged) only as seeds: their rows stay as they were, marked seed_only, and r1 reads
+    as deleted; the thread reads and continues like an untouched copy; deleting the
     last run, which nothing builds on, removes all of it."""
     builder = fanout_builder(100)
     with psycopg.connect(dsn, autocommit=True) as conn, official_saver(dsn) as off:
@@ -654,16 +655,26 @@ def test_delete_for_runs_keeps_what_later_runs_need(
         def run_ids(thread: str) -> list[str]:
             return [t.metadata.get("run_id") for t in ours.list(T(thread))]  # type: ignore[misc]
 
-        n_r1 = run_ids("A").count("r1")
+        rows = stored_rows(dsn, "A")
+        r1 = {i for i, r in rows.items() if r.run_id == "r1"}
+        assert run_ids("A").count("r1") == len(r1) > 0
+        assert {r.seed_only for r in rows.values()} == {None}
         with caplog.at_level("WARNING", logger="langgraph_delta_postgres"):
             ours.delete_for_runs(["r1"])
         assert "kept" in caplog.text and "r1" in caplog.text
-        # what r2 needs of r1 is kept: all of it here (no snapshot in between)
-        assert run_ids("A").count("r1") == n_r1
+        # what r2 needs of r1 is kept: all of it here (no snapshot in between), as it was
+        # but seed_only; nothing else changes
+        assert stored_rows(dsn, "A") == {
+            i: r._replace(seed_only=True) if i in r1 else r for i, r in rows.items()
+        }
+        assert "r1" not in run_ids("A")
+        for i in r1:
+            assert ours.get_tuple(cfg("A", rows[i].ns, i)) is None, i
         assert observe(g_ours, T("A")) == observe(g_ours, T("B"))
         assert observe(g_off, T("A")) == observe(g_ours, T("B"))
         ours.delete_for_runs(["r3"])  # the last run: nothing builds on it
         assert "r3" not in run_ids("A")
+        assert "r3" not in {r.run_id for r in stored_rows(dsn, "A").values()}
         ours.delete_for_runs(["r3"])  # and again: a no-op
         state_after = observe(g_ours, T("A"))
         g_ours.invoke({"items": ["next"]}, T("A"))
