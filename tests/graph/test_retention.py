@@ -764,7 +764,9 @@ def test_delete_for_runs_logs_only_what_it_kept_of_the_runs_asked_for(
     checkpoint r3 starts from rebuilds its state through every earlier checkpoint, of r2
     and of r0, r1. Deleting r2 keeps what r3 needs of r2; the warning counts and lists
     those, not the checkpoints of r0 and r1 the keep-set also holds (issue 21: "kept 39
-    checkpoint(s) of these runs" when the 39 belonged to 13 other runs)."""
+    checkpoint(s) of these runs" when the 39 belonged to 13 other runs). The kept ones of
+    r2 are kept only as seeds (seed_only: not listed, not loadable); r0's and r1's stay
+    visible."""
     builder = fanout_builder(100)
     with psycopg.connect(dsn, autocommit=True) as conn:
         ours = DeltaPostgresSaver(conn)
@@ -773,18 +775,26 @@ def test_delete_for_runs_logs_only_what_it_kept_of_the_runs_asked_for(
             g.invoke({"items": [f"u{i}"]}, RUN("A", f"r{i}"))
 
         def of_run(run_id: str) -> set[str]:
-            return {
-                t.config["configurable"]["checkpoint_id"]
-                for t in ours.list(T("A"))
-                if t.metadata.get("run_id") == run_id
-            }
+            """The run's checkpoints in the table, listed or not."""
+            return {i for i, r in stored_rows(dsn, "A").items() if r.run_id == run_id}
+
+        def listed() -> set[str]:
+            return {t.config["configurable"]["checkpoint_id"] for t in ours.list(T("A"))}
 
         others = of_run("r0") | of_run("r1")
         assert others
+        assert listed() == set(stored_rows(dsn, "A"))
         with caplog.at_level("WARNING", logger="langgraph_delta_postgres"):
             ours.delete_for_runs(["r2"])
         kept_r2 = of_run("r2")
-        assert kept_r2  # r3 builds on it: kept
+        assert kept_r2  # r3 builds on it: kept, as a seed only
+        rows = stored_rows(dsn, "A")
+        assert {rows[i].seed_only for i in kept_r2} == {True}
+        assert {rows[i].seed_only for i in others} == {None}
+        assert listed() == {i for i, r in rows.items() if r.seed_only is None} >= others
+        assert not listed() & kept_r2
+        for i in kept_r2:
+            assert ours.get_tuple(cfg("A", rows[i].ns, i)) is None, i
         (record,) = [r for r in caplog.records if "delete_for_runs" in r.getMessage()]
         msg = record.getMessage()
         m = re.search(r"kept (\d+) checkpoint\(s\) of these runs", msg)
