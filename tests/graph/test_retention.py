@@ -11,9 +11,9 @@ from __future__ import annotations
 import random
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 from unittest import mock
 
 import psycopg
@@ -331,14 +331,68 @@ def expected_keep(steps: Sequence[Step], keep_last: int) -> set[str]:
     return keep
 
 
+def expected_visible(steps: Sequence[Step], keep_last: int) -> set[str]:
+    """What prune(keep_last=...) leaves visible (listed, loadable) of ``steps``: per
+    namespace the keep_last latest of the head's chain. The rest of expected_keep stays
+    in the table only as seeds (seed_only: every read path answers as for a deleted
+    checkpoint)."""
+    return {
+        s.checkpoint_id
+        for h in latest_by_ns(steps).values()
+        for s in chain_of(steps, h, keep_last)
+    }
+
+
+class Row(NamedTuple):
+    """A checkpoint row as stored, listed or not."""
+
+    ns: str
+    parent: str | None
+    seed_only: bool | None  # TRUE: kept only as a seed (prune, delete_for_runs); NULL: visible
+    run_id: str | None
+
+
+def stored_rows(dsn: str, thread: str) -> dict[str, Row]:
+    """Every checkpoint row of ``thread`` by id, those no read path returns included."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return {
+            r[0]: Row(r[1], r[2], r[3], r[4])
+            for r in conn.execute(
+                "SELECT checkpoint_id, checkpoint_ns, parent_checkpoint_id, seed_only, "
+                "metadata ->> 'run_id' FROM checkpoints WHERE thread_id = %s",
+                (thread,),
+            )
+        }
+
+
+def visible_after_prune(rows: Mapping[str, Row], keep_last: int) -> set[str]:
+    """What prune(keep_last=...) leaves visible of a thread stored as ``rows`` (none of
+    them seed_only yet): per namespace the keep_last latest of the parent chain of its
+    head (its highest id)."""
+    out: set[str] = set()
+    for ns in {r.ns for r in rows.values()}:
+        cur: str | None = max(i for i, r in rows.items() if r.ns == ns)
+        for _ in range(keep_last):
+            if cur is None or cur not in rows:
+                break
+            out.add(cur)
+            cur = rows[cur].parent
+    return out
+
+
 @pytest.mark.parametrize("keep_last", [None, 3, 8])
 async def test_aprune_keeps_what_prune_keeps(dsn: str, keep_last: int | None) -> None:
     """The async saver's prune passes keep_last on: exactly the keep_last latest of every
-    namespace and their keep-set are left, as prune leaves them, and dry_run counted it."""
+    namespace and their keep-set are left, as prune leaves them, and dry_run counted it;
+    of those only the keep_last latest are visible, the rest of the keep-set is kept as
+    seeds (seed_only, parents unchanged) and reads as deleted."""
     steps = with_counters(namespaces(random.Random("aprune"), 60))
     want = expected_keep(steps, keep_last or 1)
+    visible = expected_visible(steps, keep_last or 1)
+    assert visible < want  # some are kept only as seeds
     if keep_last is not None:  # keep_last decides what is left here
         assert want > expected_keep(steps, 1), keep_last
+    by_id = {s.checkpoint_id: s for s in steps}
     with psycopg.connect(dsn, autocommit=True) as conn:
         ours = DeltaPostgresSaver(conn)
         for thread in ("A", "S"):
@@ -347,14 +401,25 @@ async def test_aprune_keeps_what_prune_keeps(dsn: str, keep_last: int | None) ->
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
         saver = AsyncDeltaPostgresSaver(aconn)
         dry = await saver.aprune(["A"], keep_last=keep_last, dry_run=True)
+        assert {r.seed_only for r in stored_rows(dsn, "A").values()} == {None}
         done = await saver.aprune(["A"], keep_last=keep_last)
         assert done == dry == synced
+        rows = stored_rows(dsn, "A")
+        assert rows == {
+            i: Row(by_id[i].ns, by_id[i].parent_id, None if i in visible else True, None)
+            for i in want
+        }
+        assert stored_rows(dsn, "S") == rows
         every_ns = {"configurable": {"thread_id": "A"}}
         left = {t.config["configurable"]["checkpoint_id"] async for t in saver.alist(every_ns)}
-        assert left == want
+        assert left == visible
+        for i in want - visible:
+            assert await saver.aget_tuple(cfg("A", by_id[i].ns, i)) is None, i
         assert done.checkpoints == len(steps) - len(want)
+        assert done.hidden == len(want) - len(visible)
         again = await saver.aprune(["A"], keep_last=keep_last)
-        assert (again.checkpoints, again.writes, again.blobs) == (0, 0, 0)
+        assert (again.checkpoints, again.writes, again.blobs, again.hidden) == (0, 0, 0, 0)
+        assert stored_rows(dsn, "A") == rows
 
 
 def test_prune_before_and_argument_errors(dsn: str) -> None:
@@ -464,8 +529,10 @@ def check_pruned_thread(
     keep_last: int | None = None,
 ) -> None:
     """``write`` a thread A (with our saver or the official one); copy it to B; prune A
-    with ours; A's state reads the same as B's, through ours and the official saver;
-    then A and B continue with the inputs ``cont`` and stay equal."""
+    with ours; exactly the keep_last latest of each namespace's chain are left visible,
+    what else is kept stays as it was, marked seed_only, and loads as deleted; A's state
+    reads the same as B's, through ours and the official saver; then A and B continue
+    with the inputs ``cont`` and stay equal."""
     with psycopg.connect(dsn, autocommit=True) as conn, official_saver(dsn) as off:
         ours = DeltaPostgresSaver(conn)
         g_ours = builder.compile(checkpointer=ours)
@@ -473,10 +540,31 @@ def check_pruned_thread(
         write(g_ours if writer == "ours" else g_off, T("A"))
         ours.copy_thread("A", "B")
         before = observe(g_ours, T("B"))
+        rows = stored_rows(dsn, "A")
         n = len(list(ours.list(T("A"))))
+        assert n == len(rows) and {r.seed_only for r in rows.values()} == {None}
+        visible = visible_after_prune(rows, keep_last or 1)
         stats = ours.prune(["A"], keep_last=keep_last)
-        left = len(list(ours.list(T("A"))))
-        assert stats.checkpoints == n - left and left < n, (n, left)
+        kept = stored_rows(dsn, "A")
+        left = {t.config["configurable"]["checkpoint_id"]: t for t in ours.list(T("A"))}
+        assert set(left) == visible and len(left) < n, (n, len(left))
+        # the rest of the keep-set: rows as they were (parents too), marked seed_only
+        assert visible <= set(kept) <= set(rows)
+        assert kept == {i: rows[i]._replace(seed_only=None if i in visible else True)
+                        for i in kept}
+        assert 0 < stats.checkpoints == n - len(kept), (n, len(kept))
+        assert stats.hidden == len(kept) - len(visible)
+        for i in set(kept) - visible:
+            assert ours.get_tuple(cfg("A", kept[i].ns, i)) is None, i
+        for i, t in left.items():  # parent_config as before; a parent not visible is None
+            parent = rows[i].parent
+            if parent is None:
+                assert t.parent_config is None, i
+            else:
+                assert t.parent_config is not None, i
+                assert t.parent_config["configurable"]["checkpoint_id"] == parent, i
+                if parent not in visible:
+                    assert ours.get_tuple(t.parent_config) is None, i
         assert observe(g_ours, T("A")) == before
         assert observe(g_off, T("A")) == before
         for inp in cont:
@@ -551,7 +639,8 @@ def test_delete_for_runs_keeps_what_later_runs_need(
 ) -> None:
     """Runs r0..r3 on a DeltaChannel thread (snapshot_frequency=100: every state is
     rebuilt from r0 on). Deleting r1 keeps the checkpoints of r1 that r2 builds on
-    (logged), and the thread reads and continues like an untouched copy; deleting the
+    (logged) only as seeds: their rows stay as they were, marked seed_only, and r1 reads
+    as deleted; the thread reads and continues like an untouched copy; deleting the
     last run, which nothing builds on, removes all of it."""
     builder = fanout_builder(100)
     with psycopg.connect(dsn, autocommit=True) as conn, official_saver(dsn) as off:
@@ -566,16 +655,26 @@ def test_delete_for_runs_keeps_what_later_runs_need(
         def run_ids(thread: str) -> list[str]:
             return [t.metadata.get("run_id") for t in ours.list(T(thread))]  # type: ignore[misc]
 
-        n_r1 = run_ids("A").count("r1")
+        rows = stored_rows(dsn, "A")
+        r1 = {i for i, r in rows.items() if r.run_id == "r1"}
+        assert run_ids("A").count("r1") == len(r1) > 0
+        assert {r.seed_only for r in rows.values()} == {None}
         with caplog.at_level("WARNING", logger="langgraph_delta_postgres"):
             ours.delete_for_runs(["r1"])
         assert "kept" in caplog.text and "r1" in caplog.text
-        # what r2 needs of r1 is kept: all of it here (no snapshot in between)
-        assert run_ids("A").count("r1") == n_r1
+        # what r2 needs of r1 is kept: all of it here (no snapshot in between), as it was
+        # but seed_only; nothing else changes
+        assert stored_rows(dsn, "A") == {
+            i: r._replace(seed_only=True) if i in r1 else r for i, r in rows.items()
+        }
+        assert "r1" not in run_ids("A")
+        for i in r1:
+            assert ours.get_tuple(cfg("A", rows[i].ns, i)) is None, i
         assert observe(g_ours, T("A")) == observe(g_ours, T("B"))
         assert observe(g_off, T("A")) == observe(g_ours, T("B"))
         ours.delete_for_runs(["r3"])  # the last run: nothing builds on it
         assert "r3" not in run_ids("A")
+        assert "r3" not in {r.run_id for r in stored_rows(dsn, "A").values()}
         ours.delete_for_runs(["r3"])  # and again: a no-op
         state_after = observe(g_ours, T("A"))
         g_ours.invoke({"items": ["next"]}, T("A"))
@@ -665,7 +764,9 @@ def test_delete_for_runs_logs_only_what_it_kept_of_the_runs_asked_for(
     checkpoint r3 starts from rebuilds its state through every earlier checkpoint, of r2
     and of r0, r1. Deleting r2 keeps what r3 needs of r2; the warning counts and lists
     those, not the checkpoints of r0 and r1 the keep-set also holds (issue 21: "kept 39
-    checkpoint(s) of these runs" when the 39 belonged to 13 other runs)."""
+    checkpoint(s) of these runs" when the 39 belonged to 13 other runs). The kept ones of
+    r2 are kept only as seeds (seed_only: not listed, not loadable); r0's and r1's stay
+    visible."""
     builder = fanout_builder(100)
     with psycopg.connect(dsn, autocommit=True) as conn:
         ours = DeltaPostgresSaver(conn)
@@ -674,18 +775,26 @@ def test_delete_for_runs_logs_only_what_it_kept_of_the_runs_asked_for(
             g.invoke({"items": [f"u{i}"]}, RUN("A", f"r{i}"))
 
         def of_run(run_id: str) -> set[str]:
-            return {
-                t.config["configurable"]["checkpoint_id"]
-                for t in ours.list(T("A"))
-                if t.metadata.get("run_id") == run_id
-            }
+            """The run's checkpoints in the table, listed or not."""
+            return {i for i, r in stored_rows(dsn, "A").items() if r.run_id == run_id}
+
+        def listed() -> set[str]:
+            return {t.config["configurable"]["checkpoint_id"] for t in ours.list(T("A"))}
 
         others = of_run("r0") | of_run("r1")
         assert others
+        assert listed() == set(stored_rows(dsn, "A"))
         with caplog.at_level("WARNING", logger="langgraph_delta_postgres"):
             ours.delete_for_runs(["r2"])
         kept_r2 = of_run("r2")
-        assert kept_r2  # r3 builds on it: kept
+        assert kept_r2  # r3 builds on it: kept, as a seed only
+        rows = stored_rows(dsn, "A")
+        assert {rows[i].seed_only for i in kept_r2} == {True}
+        assert {rows[i].seed_only for i in others} == {None}
+        assert listed() == {i for i, r in rows.items() if r.seed_only is None} >= others
+        assert not listed() & kept_r2
+        for i in kept_r2:
+            assert ours.get_tuple(cfg("A", rows[i].ns, i)) is None, i
         (record,) = [r for r in caplog.records if "delete_for_runs" in r.getMessage()]
         msg = record.getMessage()
         m = re.search(r"kept (\d+) checkpoint\(s\) of these runs", msg)

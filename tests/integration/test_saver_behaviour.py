@@ -61,6 +61,21 @@ def orphan_blobs(dsn: str) -> list[tuple[Any, ...]]:
         ).fetchall()
 
 
+def stored_checkpoints(dsn: str, thread_id: str) -> dict[str, tuple[str, str | None, Any]]:
+    """Every checkpoint row of the thread, listed or not (prune and delete_for_runs keep
+    some only as seeds: seed_only TRUE, and no read path returns them; NULL: visible):
+    checkpoint id -> (namespace, parent_checkpoint_id, seed_only)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return {
+            r[0]: (r[1], r[2], r[3])
+            for r in conn.execute(
+                "SELECT checkpoint_id, checkpoint_ns, parent_checkpoint_id, seed_only "
+                "FROM checkpoints WHERE thread_id = %s",
+                (thread_id,),
+            )
+        }
+
+
 # --------------------------------------------------------------------------- list
 
 
@@ -352,8 +367,9 @@ async def test_delete_for_runs_of_a_delta_thread_deletes_what_nothing_needs(
 ) -> None:
     """Thread D: run r1 (2 checkpoints) then r2 (2) with DeltaChannel counters for "obj",
     stored only at D's first checkpoint. Deleting r1 keeps r1's checkpoints (r2 rebuilds
-    "obj" from them) instead of refusing; deleting r2, which nothing builds on, removes
-    it entirely."""
+    "obj" from them) instead of refusing, but only as seeds: their rows stay, marked
+    seed_only, and every read path answers as for deleted checkpoints; deleting r2, which
+    nothing builds on, removes it entirely."""
     async with open_saver(saver_factory, dsn) as u:
         runs = ["r1", "r1", "r2", "r2"]
         chain = await put_chain(
@@ -365,14 +381,36 @@ async def test_delete_for_runs_of_a_delta_thread_deletes_what_nothing_needs(
         )
         for c in chain:
             await u.put_writes(c, [("obj", c["configurable"]["checkpoint_id"])], "t", "")
+        ids = [c["configurable"]["checkpoint_id"] for c in chain]
+        parents = [None, *ids[:-1]]
         latest = chain[-1]
         before = await u.history(latest, ["obj"])
+        r2_before = [await u.get_tuple(c) for c in chain[2:]]
         await u.delete_for_runs(["r1"])
-        assert len(await u.list(cfg("D"))) == 4
-        assert await u.history(latest, ["obj"]) == before
-        await u.delete_for_runs(["r2"])
+        # every row stays as it was (parents too); r1's are marked seed_only
+        assert stored_checkpoints(dsn, "D") == {
+            i: ("", p, True if n < 2 else None)
+            for n, (i, p) in enumerate(zip(ids, parents, strict=True))
+        }
         left = await u.list(cfg("D"))
-        assert [t.metadata["run_id"] for t in left] == ["r1", "r1"]
+        assert [t.config["configurable"]["checkpoint_id"] for t in left] == [ids[3], ids[2]]
+        assert [t.metadata["run_id"] for t in left] == ["r2", "r2"]
+        # r2's checkpoints read as before: r2's first still names its parent, of r1
+        assert [await u.get_tuple(c) for c in chain[2:]] == r2_before
+        assert left[-1].parent_config == cfg("D", "", ids[1])
+        for c in chain[:2]:  # r1 reads as deleted
+            assert await u.get_tuple(c) is None
+            assert await u.history(c, ["obj"]) == {"obj": {"writes": []}}
+            assert await u.keepset(c, ["obj"]) == set()
+        assert await u.history(latest, ["obj"]) == before
+        assert await u.keepset(latest, ["obj"]) == set(ids)  # through r1's seed-only rows
+        await u.delete_for_runs(["r2"])
+        # r2 is gone entirely; r1's seed-only rows stay behind, and D reads as empty
+        assert stored_checkpoints(dsn, "D") == {
+            ids[0]: ("", None, True), ids[1]: ("", ids[0], True)
+        }
+        assert await u.list(cfg("D")) == []
+        assert await u.get_tuple(cfg("D")) is None
         assert table_counts(dsn, "D")["checkpoint_writes"] == 2
         assert orphan_blobs(dsn) == []
 
@@ -428,7 +466,9 @@ async def test_prune_keep_latest_and_delete(dsn: str, saver_factory: SaverFactor
                 await u.put_writes(chain[-2], [("obj", {"old": 1})], "task", "~p")
                 latest[(t, ns)] = await u.get_tuple(chain[-1])
         b_before = table_counts(dsn, "B")
-        await u.prune(["A"], strategy="keep_latest")
+        stats = await u.prune(["A"], strategy="keep_latest")
+        # no DeltaChannel: nothing is kept as a seed
+        assert (stats.threads, stats.checkpoints, stats.hidden) == (1, 6, 0)
         a_left = await u.list({"configurable": {"thread_id": "A"}})
         assert len(a_left) == 2
         for t in a_left:
@@ -438,7 +478,17 @@ async def test_prune_keep_latest_and_delete(dsn: str, saver_factory: SaverFactor
             assert t.checkpoint == ref.checkpoint
             assert t.metadata == ref.metadata
             assert t.pending_writes == ref.pending_writes
-            assert t.parent_config is None  # its parent is gone
+            # its parent pointer is left as it was: the parent reads as deleted
+            assert ref.parent_config is not None
+            assert t.parent_config == ref.parent_config
+            assert await u.get_tuple(t.parent_config) is None
+        assert stored_checkpoints(dsn, "A") == {
+            ref.config["configurable"]["checkpoint_id"]: (
+                ns, ref.parent_config["configurable"]["checkpoint_id"], None
+            )
+            for (t, ns), ref in latest.items()
+            if t == "A" and ref is not None and ref.parent_config is not None
+        }
         assert table_counts(dsn, "A") == {
             "checkpoints": 2, "checkpoint_blobs": 2, "checkpoint_writes": 2
         }
@@ -459,7 +509,8 @@ async def test_prune_keep_latest_keeps_what_delta_threads_need(
     dsn: str, saver_factory: SaverFactory
 ) -> None:
     """keep_latest used to refuse DeltaChannel threads (DeltaPruneError); it now keeps
-    the checkpoints back to the nearest stored value of each DeltaChannel."""
+    the checkpoints back to the nearest stored value of each DeltaChannel: the latest
+    visible, the older ones only as seeds (seed_only: they read as deleted)."""
     async with open_saver(saver_factory, dsn) as u:
         await put_chain(u, "plain", 3)
         # "m" is stored at checkpoint 1 only, later checkpoints bump its version with
@@ -478,12 +529,29 @@ async def test_prune_keep_latest_keeps_what_delta_threads_need(
         assert await u.keepset(cfg("delta"), ["m", "m"]) == needed  # the latest, by default
         assert await u.keepset(latest, []) == {latest["configurable"]["checkpoint_id"]}
         assert await u.keepset(cfg("delta", "", "nope"), ["m"]) == set()
+        latest_before = await u.get_tuple(latest)
         stats = await u.prune(["delta", "plain"], strategy="keep_latest")
         assert stats.threads == 2 and stats.checkpoints == 1 + 2
-        kept = {t.config["configurable"]["checkpoint_id"] for t in await u.list(cfg("delta"))}
-        assert kept == {c["configurable"]["checkpoint_id"] for c in chain[1:]}
+        assert stats.hidden == 3  # the 3 seeds of "delta"'s latest; none of "plain"
+        ids = [c["configurable"]["checkpoint_id"] for c in chain]
+        # the keep-set stays in the table, parents as they were (the oldest kept still
+        # names the deleted root); all but the latest are marked seed_only
+        assert stored_checkpoints(dsn, "delta") == {
+            ids[i]: ("", ids[i - 1], None if i == 4 else True) for i in range(1, 5)
+        }
+        listed = await u.list(cfg("delta"))
+        assert [t.config["configurable"]["checkpoint_id"] for t in listed] == [ids[4]]
+        assert await u.get_tuple(latest) == latest_before  # parent_config as before
+        for c in chain[:4]:  # the seeds and the deleted root read as deleted
+            assert await u.get_tuple(c) is None
+            assert await u.history(c, ["m"]) == {"m": {"writes": []}}
+            assert await u.keepset(c, ["m"]) == set()
         assert await u.history(latest, ["m"]) == before
+        assert await u.keepset(latest, ["m"]) == needed
         assert table_counts(dsn, "plain")["checkpoints"] == 1
+        again = await u.prune(["delta"], strategy="keep_latest")  # idempotent
+        assert (again.checkpoints, again.hidden) == (0, 0)
+        assert await u.history(latest, ["m"]) == before
         assert (await u.prune(["delta"], strategy="delete_all")).checkpoints == 4
         assert table_counts(dsn, "delta")["checkpoints"] == 0
 
