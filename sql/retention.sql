@@ -387,14 +387,18 @@ SELECT pg_advisory_xact_lock(hashtext('langgraph_delta_postgres.maintenance'),
                              hashtext(%(thread_id)s))
 
 -- name: thread_heads
--- prune: one thread's namespaces, each with its latest checkpoint's timestamp (for
--- prune(before=...)). Parameter: thread_id. Result columns: checkpoint_ns, ts (text,
--- ISO 8601, or NULL). It filters on thread_id only: it is what lists the namespaces.
--- Index: checkpoints_pkey (thread_id prefix; every row of the thread is read).
-SELECT DISTINCT ON (c.checkpoint_ns) c.checkpoint_ns, c.checkpoint ->> 'ts' AS ts
+-- prune: one thread's namespaces, each with its latest visible checkpoint's timestamp
+-- (for prune(before=...)). A namespace left with seed-only checkpoints alone (nothing
+-- visible needs them any more, e.g. after delete_for_runs) is listed with visible FALSE
+-- and its latest row's ts: prune deletes its rows, and only such namespaces do not make
+-- the thread recent. Parameter: thread_id. Result columns: checkpoint_ns, ts (text,
+-- ISO 8601, or NULL), visible boolean. It filters on thread_id only: it is what lists
+-- the namespaces. Index: checkpoints_pkey (thread_id prefix; every row of the thread).
+SELECT DISTINCT ON (c.checkpoint_ns) c.checkpoint_ns, c.checkpoint ->> 'ts' AS ts,
+       c.seed_only IS NOT TRUE AS visible
 FROM {s}checkpoints AS c
 WHERE c.thread_id = %(thread_id)s
-ORDER BY c.checkpoint_ns, c.checkpoint_id DESC
+ORDER BY c.checkpoint_ns, c.seed_only IS TRUE, c.checkpoint_id DESC
 
 -- name: thread_page
 -- langgraph-delta-pg prune --older-than: the next %(limit)s thread ids in id order, after

@@ -104,9 +104,11 @@ def _prune_heads(ctx: SaverCore, thread_id: str, before: datetime | None) -> Op[
     heads = yield Stmt(ctx.queries["retention.thread_heads"], {"thread_id": thread_id})
     if not heads:
         return None
-    if before is not None:
+    # a thread whose checkpoints are all seed-only reads as deleted: it is old
+    visible = [h for h in heads if h["visible"]]
+    if before is not None and visible:
         try:
-            latest = max(datetime.fromisoformat(h["ts"]) for h in heads)
+            latest = max(datetime.fromisoformat(h["ts"]) for h in visible)
         except (TypeError, ValueError):
             return None  # a checkpoint without a readable "ts": not known to be old
         if latest.utcoffset() is None or latest >= before:

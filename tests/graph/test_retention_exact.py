@@ -265,3 +265,31 @@ def test_every_checkpoint_left_reads_as_before(dsn: str) -> None:
             )
 
         run()
+
+
+def test_a_thread_left_with_seed_only_checkpoints_is_pruned_as_old(dsn: str) -> None:
+    """delete_for_runs hides the checkpoints of a run that a later run needs; once the
+    later run is deleted too, nothing visible is left: the thread reads as deleted, and
+    prune(before=...) takes its remaining rows whatever their timestamps."""
+    import uuid
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        saver = DeltaPostgresSaver(conn)
+        graph = _builder(50, 50).compile(checkpointer=saver)
+        tid = "seed-only-left"
+        runs = [str(uuid.uuid4()) for _ in range(2)]  # run 2's messages replay run 1's
+        for i, run_id in enumerate(runs):
+            graph.invoke({"messages": [f"u{i}"], "mode": "files"},
+                         {**cfg(tid), "metadata": {"run_id": run_id}})
+        saver.delete_for_runs([runs[0]])
+        hidden = conn.execute(
+            "SELECT count(*) FROM checkpoints WHERE thread_id = %s AND seed_only", (tid,)
+        ).fetchone()
+        assert hidden is not None and hidden[0] > 0  # the later run's seeds
+        saver.delete_for_runs([runs[1]])
+        assert _ids(saver, tid) == [] and saver.get_tuple(cfg(tid)) is None
+        long_ago = datetime.now(UTC) - timedelta(days=365)
+        stats = saver.prune([tid], before=long_ago)
+        assert stats.threads == 1 and stats.checkpoints == hidden[0]
+        left = conn.execute("SELECT count(*) FROM checkpoints WHERE thread_id = %s", (tid,))
+        assert left.fetchone() == (0,)
