@@ -151,10 +151,12 @@ class _SyncBridge(SaverCore):
         keep_last: int | None = None,
         before: datetime | None = None,
         dry_run: bool = False,
+        graph: Any = None,
     ) -> PruneStats:
         return self._from_thread(  # type: ignore[no-any-return]
             self._saver().aprune(
-                thread_ids, strategy=strategy, keep_last=keep_last, before=before, dry_run=dry_run
+                thread_ids, strategy=strategy, keep_last=keep_last, before=before, dry_run=dry_run,
+                graph=graph,
             )
         )
 
@@ -423,10 +425,11 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
         keep_last: int | None = None,
         before: datetime | None = None,
         dry_run: bool = False,
+        graph: Any = None,
     ) -> PruneStats:
         """See :meth:`.DeltaPostgresSaver.prune`."""
         total = PruneStats()
-        for op in prune_ops(self, thread_ids, strategy, keep_last, before, dry_run):
+        for op in prune_ops(self, thread_ids, strategy, keep_last, before, dry_run, graph):
             total += await self._run(op, atomic=True)
         return total
 

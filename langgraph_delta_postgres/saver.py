@@ -328,6 +328,7 @@ class DeltaPostgresSaver(SaverCore):
         keep_last: int | None = None,
         before: datetime | None = None,
         dry_run: bool = False,
+        graph: Any = None,
     ) -> PruneStats:
         """Delete old checkpoints of ``thread_ids``; DeltaChannel-safe.
 
@@ -354,7 +355,7 @@ class DeltaPostgresSaver(SaverCore):
                 in ``thread_ids`` are pruned.
         """
         total = PruneStats()
-        for op in prune_ops(self, thread_ids, strategy, keep_last, before, dry_run):
+        for op in prune_ops(self, thread_ids, strategy, keep_last, before, dry_run, graph):
             total += self._run(op, atomic=True)
         return total
 

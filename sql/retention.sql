@@ -118,6 +118,11 @@ wanted AS (
 -- value (a delete racing a put can leave a claim whose blob is gone): a claim with
 -- neither counts as NOT stored, as the official saver reads it.
 --
+-- %(settled)s text[]: channels that need nothing older than the keep_last-th row,
+-- whatever it stores (prune(graph=...): the compaction stores their value there, or
+-- proved that nothing older reaches them); they count as seeded at that row. '{{}}':
+-- none (the keep-set, delete_for_runs, prune without a graph).
+--
 -- Termination: every channel seeded past the keep_last-th row (active empty), the root
 -- (parent_checkpoint_id NULL), a missing parent (the LATERAL finds nothing), a cycle
 -- (met_twice: any cycle contains an up step, so it is met within one extra lap; a skewed
@@ -147,11 +152,14 @@ walk AS (
         n.active AS active,
         CASE
             WHEN cardinality(n.active) = 0
-              OR (p.stored_channels IS NOT NULL AND NOT (p.stored_channels && n.active))
+              OR (p.stored_channels IS NOT NULL AND NOT (p.stored_channels && n.active)
+                  AND NOT (w.depth + 1 = %(keep_last)s::int
+                           AND %(settled)s::text[] && n.active))
                 THEN '{{}}'::text[]
             ELSE ARRAY(
                 SELECT ch FROM unnest(n.active) AS ch
-                WHERE (p.stored_channels IS NULL OR ch = ANY (p.stored_channels))
+                WHERE (w.depth + 1 = %(keep_last)s::int AND ch = ANY (%(settled)s::text[]))
+                   OR ((p.stored_channels IS NULL OR ch = ANY (p.stored_channels))
                   AND (
                       jsonb_typeof(p.checkpoint -> 'channel_values' -> ch)
                           IN ('string', 'number', 'boolean')
@@ -164,7 +172,7 @@ walk AS (
                             AND b.type <> 'empty'
                           LIMIT 1
                       ) IS NOT NULL
-                  )
+                  ))
             )
         END AS seeded,
         CASE WHEN s.down THEN w.ups ELSE w.ups || p.checkpoint_id END AS ups,
@@ -355,6 +363,107 @@ SELECT
     (SELECT count(*) FROM newly_hidden) AS hidden,
     (SELECT b.checkpoint_id FROM bad AS b) AS bad,
     (SELECT b.cycle FROM bad AS b) AS bad_cycle
+
+-- name: compact_chain
+-- prune(graph=...), before the prune statement of a namespace: the latest visible
+-- checkpoint and its ancestors, up to %(keep_last)s of them (the ones prune leaves
+-- visible; the last is where compaction stores each DeltaChannel's full value). Per row,
+-- of the channels %(channels)s (the graph's DeltaChannels): the version it names,
+-- whether it stores a value (as `walk` reads it: an inline primitive or a non-'empty'
+-- blob at that version), and whether it has pending writes to them.
+-- Parameters: thread_id, checkpoint_ns, keep_last int, channels text[].
+-- Result columns, by depth (1 = the latest): depth, checkpoint_id, seed_only,
+-- versions jsonb (channel_versions), stored text[], written text[].
+-- Indexes: checkpoints_pkey (the latest: backward scan LIMIT 1; each parent by
+-- equality); checkpoint_blobs_pkey (one probe per channel and row);
+-- checkpoint_writes_pkey (the row's prefix).
+WITH RECURSIVE chain AS (
+    SELECT 1 AS depth, h.checkpoint_id, h.parent_checkpoint_id, h.seed_only, h.checkpoint
+    FROM (
+        SELECT t.checkpoint_id, t.parent_checkpoint_id, t.seed_only, t.checkpoint
+        FROM {s}checkpoints AS t
+        WHERE t.thread_id = %(thread_id)s
+          AND t.checkpoint_ns = %(checkpoint_ns)s
+          AND t.seed_only IS NOT TRUE
+        ORDER BY t.checkpoint_id DESC
+        LIMIT 1
+    ) AS h
+    UNION ALL
+    SELECT c.depth + 1, p.checkpoint_id, p.parent_checkpoint_id, p.seed_only, p.checkpoint
+    FROM chain AS c
+    CROSS JOIN LATERAL (
+        SELECT p.checkpoint_id, p.parent_checkpoint_id, p.seed_only, p.checkpoint
+        FROM {s}checkpoints AS p
+        WHERE p.thread_id = %(thread_id)s
+          AND p.checkpoint_ns = %(checkpoint_ns)s
+          AND p.checkpoint_id = c.parent_checkpoint_id
+        LIMIT 1
+    ) AS p
+    WHERE c.depth < %(keep_last)s::int
+)
+SELECT
+    c.depth,
+    c.checkpoint_id,
+    c.seed_only,
+    c.checkpoint -> 'channel_versions' AS versions,
+    ARRAY(
+        SELECT ch FROM unnest(%(channels)s::text[]) AS ch
+        WHERE jsonb_typeof(c.checkpoint -> 'channel_values' -> ch)
+                  IN ('string', 'number', 'boolean')
+           OR EXISTS (
+               SELECT 1 FROM {s}checkpoint_blobs AS b
+               WHERE b.thread_id = %(thread_id)s
+                 AND b.checkpoint_ns = %(checkpoint_ns)s
+                 AND b.channel = ch
+                 AND b.version = c.checkpoint -> 'channel_versions' ->> ch
+                 AND b.type <> 'empty'
+           )
+    ) AS stored,
+    ARRAY(
+        SELECT DISTINCT w.channel FROM {s}checkpoint_writes AS w
+        WHERE w.thread_id = %(thread_id)s
+          AND w.checkpoint_ns = %(checkpoint_ns)s
+          AND w.checkpoint_id = c.checkpoint_id
+          AND w.channel = ANY (%(channels)s::text[])
+    ) AS written
+FROM chain AS c
+ORDER BY c.depth
+
+-- name: compact_store
+-- prune(graph=...): store each DeltaChannel's full value at one checkpoint, as a put of
+-- a snapshot step stores it (the official saver's format): the serialized
+-- _DeltaSnapshot as the blob at the version the checkpoint names (replacing the
+-- 'empty' row a put left there, or inserting it), and the inline marker `true` in its
+-- channel_values; stored_channels names them (left NULL on a row another saver wrote:
+-- readers probe). Nothing else of the checkpoint changes (its metadata, counters
+-- included, its parent, its writes). The caller checked that no other checkpoint left
+-- visible reads another value at that version.
+-- Parameters: thread_id, checkpoint_ns, checkpoint_id; channels, versions, types text[],
+-- blobs bytea[] (parallel arrays). No result.
+-- Indexes: checkpoint_blobs_pkey (the conflict target), checkpoints_pkey.
+WITH v AS (
+    SELECT v.channel, v.version, v.type, v.blob
+    FROM unnest(%(channels)s::text[], %(versions)s::text[], %(types)s::text[],
+                %(blobs)s::bytea[]) AS v(channel, version, type, blob)
+), stored AS (
+    INSERT INTO {s}checkpoint_blobs AS b (thread_id, checkpoint_ns, channel, version, type, blob)
+    SELECT %(thread_id)s, %(checkpoint_ns)s, v.channel, v.version, v.type, v.blob FROM v
+    ON CONFLICT (thread_id, checkpoint_ns, channel, version)
+    DO UPDATE SET type = excluded.type, blob = excluded.blob
+)
+UPDATE {s}checkpoints AS c
+SET checkpoint = jsonb_set(
+        c.checkpoint, '{{channel_values}}',
+        coalesce(c.checkpoint -> 'channel_values', '{{}}'::jsonb)
+            || (SELECT jsonb_object_agg(v.channel, TRUE) FROM v)
+    ),
+    stored_channels = CASE WHEN c.stored_channels IS NOT NULL THEN ARRAY(
+        SELECT DISTINCT x FROM unnest(c.stored_channels || %(channels)s::text[]) AS x
+        ORDER BY 1
+    ) END
+WHERE c.thread_id = %(thread_id)s
+  AND c.checkpoint_ns = %(checkpoint_ns)s
+  AND c.checkpoint_id = %(checkpoint_id)s
 
 -- name: run_children
 -- delete_for_runs: the checkpoints that build on the runs: not of the runs themselves,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import get_checkpoint_id
@@ -16,6 +16,7 @@ from langgraph.checkpoint.base import get_checkpoint_id
 from .._checks import check_bool, check_ids, check_int, check_str
 from ..errors import HistoryError
 from .base import Op, Stmt, _ns, _thread_id, logger
+from .compaction import check_graph, delta_specs, op_compact_ns
 from .maintenance import _op_delete_threads
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ def prune_ops(
     keep_last: int | None,
     before: datetime | None,
     dry_run: bool,
+    graph: Any = None,
 ) -> list[Op[PruneStats]]:
     """prune: the operations to run, each in its own transaction, whose results add
     up to the answer. ``keep_latest``: one per thread (a huge batch is never one
@@ -90,10 +92,13 @@ def prune_ops(
             f"timedelta(days=30)), not {before!r}"
         )
     check_bool("dry_run", dry_run)
+    check_graph(graph)
     if not ids:
         return []
     if strategy == "keep_latest":
-        return [_op_prune_thread(ctx, t, keep_last or 1, before, dry_run) for t in ids]
+        return [
+            _op_prune_thread(ctx, t, keep_last or 1, before, dry_run, graph) for t in ids
+        ]
     return [_op_prune_delete(ctx, ids, before, dry_run)]
 
 
@@ -117,10 +122,12 @@ def _prune_heads(ctx: SaverCore, thread_id: str, before: datetime | None) -> Op[
 
 
 def _op_prune_ns(
-    ctx: SaverCore, thread_id: str, ns: str, keep_last: int, dry_run: bool
+    ctx: SaverCore, thread_id: str, ns: str, keep_last: int, dry_run: bool,
+    settled: list[str] | None = None,
 ) -> Op[PruneStats]:
     """Prune one namespace of a thread to what its latest checkpoint needs (see
-    ``retention.prune_result``); ``keep_last=0`` counts everything."""
+    ``retention.prune_result``); ``keep_last=0`` counts everything. ``settled``: the
+    channels compaction made need nothing older than the keep_last-th checkpoint."""
     rows = yield Stmt(
         ctx.queries.join(
             "retention.prune_target", "retention.walk", "retention.prune_result"
@@ -131,6 +138,7 @@ def _op_prune_ns(
             "checkpoint_id": None,
             "keep_last": keep_last,
             "max_depth": ctx.max_history_depth,
+            "settled": settled or [],
             "dry_run": dry_run,
         },
     )
@@ -147,17 +155,23 @@ def _op_prune_ns(
 
 
 def _op_prune_thread(
-    ctx: SaverCore, thread_id: str, keep_last: int, before: datetime | None, dry_run: bool
+    ctx: SaverCore, thread_id: str, keep_last: int, before: datetime | None, dry_run: bool,
+    graph: Any = None,
 ) -> Op[PruneStats]:
     """keep_latest of one thread, in one transaction: per namespace, its latest
     checkpoint (or the ``keep_last`` latest of its chain) and the keep-set of every
-    DeltaChannel its state needs; everything else goes."""
+    DeltaChannel its state needs; everything else goes. With ``graph``, the namespaces
+    it wrote are compacted first (_ops/compaction.py)."""
     namespaces = yield from _prune_heads(ctx, thread_id, before)
     if namespaces is None:
         return PruneStats()
     total = PruneStats(threads=1)
     for ns in namespaces:
-        total += yield from _op_prune_ns(ctx, thread_id, ns, keep_last, dry_run)
+        settled: list[str] = []
+        specs = delta_specs(graph, ns) if graph is not None else None
+        if specs:
+            settled = yield from op_compact_ns(ctx, thread_id, ns, keep_last, specs, dry_run)
+        total += yield from _op_prune_ns(ctx, thread_id, ns, keep_last, dry_run, settled)
     if not dry_run:
         ctx._forget_threads([thread_id])
     return total
@@ -195,6 +209,7 @@ def _op_delta_keepset(ctx: SaverCore, config: RunnableConfig, channels: list[str
             "channels": channels,
             "keep_last": 1,
             "max_depth": ctx.max_history_depth,
+            "settled": [],
         },
     )
     keep: set[str] = set()
@@ -235,6 +250,7 @@ def _delete_for_runs(ctx: SaverCore, ids: list[str]) -> Op[None]:
                 "checkpoint_id": c["checkpoint_id"],
                 "keep_last": 1,
                 "max_depth": ctx.max_history_depth,
+            "settled": [],
             },
         )
         for r in rows:

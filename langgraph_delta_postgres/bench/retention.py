@@ -3,7 +3,9 @@ threads a second it prunes.
 
 * storage: one ``coding_a`` thread of ``turns`` turns (DeltaChannel fields, at the
   library's default snapshot_frequency, 100, and at 50) measured before and after
-  ``prune(keep_latest)`` and ``prune(keep_last=10)``: rows and payload bytes
+  ``prune(keep_latest)``, ``prune(keep_last=10)`` and ``prune(keep_last=10, graph=...)``
+  (compaction); each checkpoint left listed read before and after, through ours and the
+  official saver: rows and payload bytes
   (``pg_column_size``, i.e. as stored, compressed; pages and indexes are given back to the
   table's free space, on disk only by VACUUM FULL). Whether the official saver's
   ``prune(strategy="keep_latest")`` accepts the same thread is recorded as it answers.
@@ -22,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from langchain_core.runnables import RunnableConfig
 from psycopg import sql
 
 from langgraph_delta_postgres import DeltaPostgresSaver, PruneStats
@@ -75,51 +78,6 @@ def _prefix_bytes(conn: psycopg.Connection[Any], prefix: str) -> int:
     return total
 
 
-def compact_oldest_kept(
-    conn: psycopg.Connection[Any], saver: DeltaPostgresSaver, graph: Any, thread_id: str,
-    keep_last: int,
-) -> str:
-    """The compaction design, measured here against the keep-set one (issue 36; not an
-    API: it needs the graph, whose reducers alone can fold a DeltaChannel's writes into
-    its value). At the oldest checkpoint ``prune(keep_last=...)`` leaves visible, store
-    each DeltaChannel's full value as a ``_DeltaSnapshot`` blob at the version the
-    checkpoint names, with the inline ``true`` marker (the official saver's format), so
-    that the prune after it has no older seed to keep. Returns that checkpoint's id."""
-    from langgraph.channels.delta import DeltaChannel
-    from langgraph.checkpoint.serde.types import _DeltaSnapshot
-    from psycopg.types.json import Jsonb
-
-    conf = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
-    oldest = list(saver.list(conf, limit=keep_last))[-1].config
-    tup = saver.get_tuple(oldest)
-    assert tup is not None
-    values = graph.get_state(oldest).values
-    cp = tup.checkpoint
-    versions = cp["channel_versions"]
-    with conn.transaction():
-        for ch, spec in graph.channels.items():
-            if not isinstance(spec, DeltaChannel) or ch not in versions:
-                continue
-            if ch in cp["channel_values"] or ch not in values:
-                continue  # stored there already, or never written
-            type_, blob = saver.serde.dumps_typed(_DeltaSnapshot(values[ch]))
-            conn.execute(
-                "INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob) "
-                "VALUES (%s, '', %s, %s, %s, %s) ON CONFLICT (thread_id, checkpoint_ns, channel, "
-                "version) DO UPDATE SET type = excluded.type, blob = excluded.blob",
-                (thread_id, ch, str(versions[ch]), type_, blob),
-            )
-            conn.execute(
-                "UPDATE checkpoints SET checkpoint = jsonb_set(checkpoint, "
-                "ARRAY['channel_values', %s], %s), stored_channels = "
-                "ARRAY(SELECT DISTINCT x FROM unnest(coalesce(stored_channels, '{}') || %s::text) "
-                "AS x ORDER BY 1) WHERE thread_id = %s AND checkpoint_ns = '' "
-                "AND checkpoint_id = %s",
-                (ch, Jsonb(True), ch, thread_id, oldest["configurable"]["checkpoint_id"]),
-            )
-    return str(oldest["configurable"]["checkpoint_id"])
-
-
 def _measure(conn: psycopg.Connection[Any], thread_id: str) -> dict[str, Any]:
     return {"rows": _rows(conn, thread_id), "payload_bytes": thread_payload_bytes(conn, thread_id)}
 
@@ -160,7 +118,7 @@ def run_retention(dsn: str, scale: str, log: Callable[[str], None]) -> dict[str,
                 run_turns(g, "coding_a", tid, turns)
                 before = _measure(meter, tid)
                 state_before = g.get_state({"configurable": {"thread_id": tid}}).values
-                conf = {"configurable": {"thread_id": tid}}
+                conf: RunnableConfig = {"configurable": {"thread_id": tid}}
                 kept_before = {
                     t.config["configurable"]["checkpoint_id"]: g.get_state(t.config).values
                     for t in list(ours.list(conf))
@@ -171,12 +129,11 @@ def run_retention(dsn: str, scale: str, log: Callable[[str], None]) -> dict[str,
                 except Exception as e:  # noqa: BLE001 - recorded as the official saver answers
                     official_answer = f"{type(e).__name__}"
                 t0 = time.perf_counter()
-                if variant.startswith("compacted"):
-                    compact_oldest_kept(a, ours, g, tid, keep_last or 1)
-                stats = ours.prune([tid], keep_last=keep_last)
+                compact = g if variant.startswith("compacted") else None
+                stats = ours.prune([tid], keep_last=keep_last, graph=compact)
                 seconds = time.perf_counter() - t0
                 after = _measure(meter, tid)
-                after["visible"] = sum(1 for _ in ours.list(conf))
+                after["visible"] = len(list(ours.list(conf)))
                 # every checkpoint left visible reads as before, through ours and official
                 same = g.get_state(conf).values == state_before and all(
                     g.get_state(t.config).values == kept_before.get(
@@ -206,10 +163,11 @@ def run_retention(dsn: str, scale: str, log: Callable[[str], None]) -> dict[str,
                 }
                 log(
                     f"  {label}/{variant}: {before['rows']['checkpoints']} -> "
-                    f"{after['rows']['checkpoints']} checkpoints ({after['visible']} listed), payload "
-                    f"{before['payload_bytes'] / 1e6:.2f} -> {after['payload_bytes'] / 1e6:.2f} MB "
-                    f"(every listed reads as before: ours {same}; official: {official_same} of "
-                    f"{after['official_listed']} listed do; official keep_latest: {official_answer})"
+                    f"{after['rows']['checkpoints']} checkpoints ({after['visible']} listed), "
+                    f"payload {before['payload_bytes'] / 1e6:.2f} -> "
+                    f"{after['payload_bytes'] / 1e6:.2f} MB (every listed reads as before: ours "
+                    f"{same}; official: {official_same} of {after['official_listed']} listed "
+                    f"do; official keep_latest: {official_answer})"
                 )
         res["storage"] = storage
 
@@ -246,8 +204,9 @@ def run_retention(dsn: str, scale: str, log: Callable[[str], None]) -> dict[str,
         res["full_official_over_ours_median"] = statistics.median(ratios)
         res["full_ratio_chunks"] = len(ratios)
         log(
-            f"  ours on DeltaChannel threads: {res['delta_threads_per_s']:,.0f} threads/s, payload "
-            f"{res['delta_bytes']['before'] / 1e6:.1f} -> {res['delta_bytes']['after'] / 1e6:.1f} MB "
+            f"  ours on DeltaChannel threads: {res['delta_threads_per_s']:,.0f} threads/s, "
+            f"payload {res['delta_bytes']['before'] / 1e6:.1f} -> "
+            f"{res['delta_bytes']['after'] / 1e6:.1f} MB "
             f"({freed.checkpoints:,} checkpoints deleted, {freed.hidden:,} kept as seeds only); "
             f"full-snapshot threads: ours {res['full_threads_per_s']['ours']:,.0f}/s, official "
             f"{res['full_threads_per_s']['official']:,.0f}/s (official/ours time, median of "

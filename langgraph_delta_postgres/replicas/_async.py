@@ -257,10 +257,11 @@ class AsyncRoutingSaver(_RoutingCore):
         keep_last: int | None = None,
         before: datetime | None = None,
         dry_run: bool = False,
+        graph: Any = None,
     ) -> PruneStats:
         return cast(PruneStats, await self._drive(op_write(
             self, "prune", thread_ids, strategy=strategy, keep_last=keep_last,
-            before=before, dry_run=dry_run,
+            before=before, dry_run=dry_run, graph=graph,
         )))
 
     async def aget_delta_channel_keepset(
@@ -334,10 +335,11 @@ class AsyncRoutingSaver(_RoutingCore):
         keep_last: int | None = None,
         before: datetime | None = None,
         dry_run: bool = False,
+        graph: Any = None,
     ) -> PruneStats:
         return self._from_thread(  # type: ignore[no-any-return]
             self.aprune(thread_ids, strategy=strategy, keep_last=keep_last, before=before,
-                        dry_run=dry_run)
+                        dry_run=dry_run, graph=graph)
         )
 
     def get_delta_channel_keepset(

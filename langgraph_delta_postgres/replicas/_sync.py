@@ -268,10 +268,11 @@ class RoutingSaver(_RoutingCore):
         keep_last: int | None = None,
         before: datetime | None = None,
         dry_run: bool = False,
+        graph: Any = None,
     ) -> PruneStats:
         return cast(PruneStats, self._drive(op_write(
             self, "prune", thread_ids, strategy=strategy, keep_last=keep_last,
-            before=before, dry_run=dry_run,
+            before=before, dry_run=dry_run, graph=graph,
         )))
 
     def get_delta_channel_keepset(

@@ -527,12 +527,14 @@ def check_pruned_thread(
     *,
     writer: str = "ours",
     keep_last: int | None = None,
+    compact: bool = False,
 ) -> None:
     """``write`` a thread A (with our saver or the official one); copy it to B; prune A
     with ours; exactly the keep_last latest of each namespace's chain are left visible,
     what else is kept stays as it was, marked seed_only, and loads as deleted; A's state
     reads the same as B's, through ours and the official saver; then A and B continue
-    with the inputs ``cont`` and stay equal."""
+    with the inputs ``cont`` and stay equal. ``compact``: prune with the graph, which
+    leaves nothing but the visible ones (the official saver lists the same)."""
     with psycopg.connect(dsn, autocommit=True) as conn, official_saver(dsn) as off:
         ours = DeltaPostgresSaver(conn)
         g_ours = builder.compile(checkpointer=ours)
@@ -544,10 +546,14 @@ def check_pruned_thread(
         n = len(list(ours.list(T("A"))))
         assert n == len(rows) and {r.seed_only for r in rows.values()} == {None}
         visible = visible_after_prune(rows, keep_last or 1)
-        stats = ours.prune(["A"], keep_last=keep_last)
+        stats = ours.prune(["A"], keep_last=keep_last, graph=g_ours if compact else None)
         kept = stored_rows(dsn, "A")
         left = {t.config["configurable"]["checkpoint_id"]: t for t in ours.list(T("A"))}
         assert set(left) == visible and len(left) < n, (n, len(left))
+        if compact:
+            assert set(kept) == visible and stats.hidden == 0
+            theirs = [t.config["configurable"]["checkpoint_id"] for t in off.list(T("A"))]
+            assert theirs == list(left)
         # the rest of the keep-set: rows as they were (parents too), marked seed_only
         assert visible <= set(kept) <= set(rows)
         assert kept == {i: rows[i]._replace(seed_only=None if i in visible else True)
@@ -574,9 +580,10 @@ def check_pruned_thread(
             assert observe(g_off, T("A")) == observe(g_ours, T("B"))
 
 
+@pytest.mark.parametrize("compact", [False, True], ids=["keep-set", "compacted"])
 @pytest.mark.parametrize("freq", [1, 3, 7, 100])
 @pytest.mark.parametrize("writer", ["ours", "official"])
-def test_prune_fanout_graph_with_a_fork(dsn: str, freq: int, writer: str) -> None:
+def test_prune_fanout_graph_with_a_fork(dsn: str, freq: int, writer: str, compact: bool) -> None:
     builder = fanout_builder(freq)
 
     def write(g: Any, t: dict[str, Any]) -> None:
@@ -587,11 +594,17 @@ def test_prune_fanout_graph_with_a_fork(dsn: str, freq: int, writer: str) -> Non
         g.invoke({"items": ["fork"]}, hist[len(hist) // 2].config)
         g.invoke({"items": ["after-fork"]}, t)
 
-    check_pruned_thread(dsn, builder, write, [{"items": ["c1"]}, {"items": ["c2"]}], writer=writer)
+    check_pruned_thread(
+        dsn, builder, write, [{"items": ["c1"]}, {"items": ["c2"]}], writer=writer,
+        compact=compact,
+    )
 
 
+@pytest.mark.parametrize("compact", [False, True], ids=["keep-set", "compacted"])
 @pytest.mark.parametrize("keep_last", [None, 4])
-def test_prune_interrupted_subgraph_namespaces(dsn: str, keep_last: int | None) -> None:
+def test_prune_interrupted_subgraph_namespaces(
+    dsn: str, keep_last: int | None, compact: bool
+) -> None:
     """Pruned while a subgraph with its own DeltaChannel waits on an interrupt: the
     subgraph's namespace still loads, and the run resumes like the unpruned copy."""
 
@@ -607,10 +620,12 @@ def test_prune_interrupted_subgraph_namespaces(dsn: str, keep_last: int | None) 
         write,
         [Command(resume="late"), {"items": ["next"]}, Command(resume="last")],
         keep_last=keep_last,
+        compact=compact,
     )
 
 
-def test_prune_thread_migrated_from_add_messages(dsn: str) -> None:
+@pytest.mark.parametrize("compact", [False, True], ids=["keep-set", "compacted"])
+def test_prune_thread_migrated_from_add_messages(dsn: str, compact: bool) -> None:
     def msg(i: int) -> dict[str, Any]:
         return {"messages": [HumanMessage(content=f"h{i}", id=f"h{i}")], "log": []}
 
@@ -623,7 +638,10 @@ def test_prune_thread_migrated_from_add_messages(dsn: str) -> None:
         for i in range(4, 6):  # two delta turns: the seed is still the add_messages value
             g.invoke(msg(i), t)
 
-    check_pruned_thread(dsn, chat_builder(delta=True), write, [msg(6), msg(7), msg(8)])
+    # compacted: the add_messages value is the seed the graph's reducer folds on
+    check_pruned_thread(
+        dsn, chat_builder(delta=True), write, [msg(6), msg(7), msg(8)], compact=compact
+    )
 
 
 # ----------------------------------------------------------------------------- delete_for_runs
@@ -745,11 +763,13 @@ def test_keepset_plan_cached_on_tiny_tables_stays_a_key_lookup(dsn: str) -> None
         ).fetchone()
         assert row is not None
         # parameters in order of first use: thread_id, checkpoint_ns, checkpoint_id,
-        # channels, keep_last, max_depth
+        # channels, keep_last, settled, max_depth
         plan = "\n".join(
             r[0]
             for r in saver.conn.execute(
-                psql.SQL("EXPLAIN EXECUTE {}('grow', '', {}, ARRAY['ch'], 1, 1000000)").format(
+                psql.SQL(
+                    "EXPLAIN EXECUTE {}('grow', '', {}, ARRAY['ch'], 1, '{{}}', 1000000)"
+                ).format(
                     psql.Identifier(row[0]), psql.Literal(c["configurable"]["checkpoint_id"])
                 )
             )

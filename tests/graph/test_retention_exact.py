@@ -37,11 +37,14 @@ _threads = itertools.count()
 
 
 def _builder(freq_messages: int, freq_files: int) -> StateGraph:
-    State = TypedDict(  # type: ignore[misc]  # a functional TypedDict: its annotations are evaluated here
+    # functional syntax: the annotations are evaluated here, with the frequencies
+    messages = DeltaChannel(append_reducer, snapshot_frequency=freq_messages)
+    files = DeltaChannel(append_reducer, snapshot_frequency=freq_files)
+    State = TypedDict(  # type: ignore[misc]  # noqa: UP013
         "State",
         {
-            "messages": Annotated[list, DeltaChannel(append_reducer, snapshot_frequency=freq_messages)],
-            "files": Annotated[list, DeltaChannel(append_reducer, snapshot_frequency=freq_files)],
+            "messages": Annotated[list, messages],
+            "files": Annotated[list, files],
             "mode": str,
             "n": Annotated[int, operator.add],
         },
@@ -95,10 +98,13 @@ PRUNES = st.one_of(
     st.tuples(st.just("keep_latest"), st.sampled_from([None, 1, 2, 3, 5, 9]), st.booleans()),
     st.tuples(st.just("keep_latest"), st.sampled_from([None, 2, 4]), st.booleans()),
     st.tuples(st.just("delete"), st.none(), st.booleans()),
+    st.tuples(st.just("compact"), st.sampled_from([None, 1, 2, 3, 5, 9]), st.booleans()),
 )
 
 
-def _drive(graph: Any, saver: BaseCheckpointSaver[Any], tid: str, ops: list[tuple[str, str]]) -> None:
+def _drive(
+    graph: Any, saver: BaseCheckpointSaver[Any], tid: str, ops: list[tuple[str, str]]
+) -> None:
     """Make the thread: the generated operations, as a user (and a crash) would."""
     conf = cfg(tid)
     for i, (op, arg) in enumerate(ops):
@@ -197,7 +203,7 @@ def test_every_checkpoint_left_reads_as_before(dsn: str) -> None:
         warm = DeltaPostgresSaver(conn)  # its cache is filled before another saver prunes
         cold = DeltaPostgresSaver(conn2, cache_bytes=0)
 
-        @settings(max_examples=50, deadline=None,
+        @settings(max_examples=80, deadline=None,
                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
         @given(
             ops=st.lists(OPS, min_size=3, max_size=24),
@@ -216,13 +222,17 @@ def test_every_checkpoint_left_reads_as_before(dsn: str) -> None:
             if not before:
                 return
             cold.copy_thread(tid, f"{tid}-copy")
-            kwargs: dict[str, Any] = {"strategy": strategy}
+            kwargs: dict[str, Any] = {"strategy": "keep_latest" if strategy == "compact"
+                                      else strategy}
+            if strategy == "compact":
+                kwargs["graph"] = graph
             if keep_last is not None:
                 kwargs["keep_last"] = keep_last
             if use_before:
                 kwargs["before"] = datetime.now(UTC) + timedelta(minutes=5)
             stats = DeltaPostgresSaver(conn2).prune([tid], **kwargs)
-            event(f"{strategy}: {'some' if getattr(stats, 'hidden', 0) else 'no'} checkpoint kept as seed only")
+            some = "some" if getattr(stats, "hidden", 0) else "no"
+            event(f"{strategy}: {some} checkpoint kept as seed only")
             event(f"checkpoints before the prune: {len(before) // 10 * 10}+")
 
             left = _check_after(builder, warm, tid, before, strategy, keep_last)
@@ -247,6 +257,8 @@ def test_every_checkpoint_left_reads_as_before(dsn: str) -> None:
                 ograph = builder.compile(checkpointer=official)
                 theirs = _ids(official, tid)
                 assert set(left) <= set(theirs)
+                if strategy == "compact":  # nothing kept as a seed only: the same list
+                    assert theirs == left
                 for cid in left:
                     assert _read(ograph, official, cfg(tid, checkpoint_id=cid)) == before[cid]
 
@@ -293,3 +305,32 @@ def test_a_thread_left_with_seed_only_checkpoints_is_pruned_as_old(dsn: str) -> 
         assert stats.threads == 1 and stats.checkpoints == hidden[0]
         left = conn.execute("SELECT count(*) FROM checkpoints WHERE thread_id = %s", (tid,))
         assert left.fetchone() == (0,)
+
+
+def test_compaction_leaves_a_version_two_checkpoints_read_apart(dsn: str) -> None:
+    """A child that names its parent's version of a DeltaChannel while the parent has
+    writes to it (a fork made before LangGraph 1.2 snapshotted such channels, or by
+    another writer): the two read different values behind one blob. Compaction at the
+    parent would give the child the parent's value; it leaves that channel to the
+    keep-set instead, and both read as before."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        saver = DeltaPostgresSaver(conn)
+        graph = _builder(100, 100).compile(checkpointer=saver)
+        tid = "shared-version"
+        for i in range(4):
+            graph.invoke({"messages": [f"u{i}"], "mode": "files"}, cfg(tid))
+        head = saver.get_tuple(cfg(tid))
+        assert head is not None
+        saver.put_writes(head.config, [("messages", "stray")], "old-fork-task")
+        child = dict(head.checkpoint, id=str(uuid6()))
+        child_config = saver.put(head.config, child, {**head.metadata, "step": 99}, {})
+        before = {cid: _read(graph, saver, cfg(tid, checkpoint_id=cid)) for cid in _ids(saver, tid)}
+        assert graph.get_state(child_config).values["messages"][-1] == "stray"
+        assert graph.get_state(head.config).values["messages"][-1] != "stray"
+        stats = saver.prune([tid], keep_last=2, graph=graph)
+        left = _ids(saver, tid)
+        assert left == [child_config["configurable"]["checkpoint_id"],
+                        head.config["configurable"]["checkpoint_id"]]
+        for cid in left:
+            assert _read(graph, saver, cfg(tid, checkpoint_id=cid)) == before[cid]
+        assert stats.hidden > 0  # messages: kept by its keep-set, not compacted
