@@ -74,6 +74,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "what their DeltaChannel state needs",
     )
     p.add_argument(
+        "--graph", metavar="SPEC", default=None,
+        help="compact with this graph (as langgraph.json names one: ./path/to/file.py:attr "
+        "or package.module:attr; a StateGraph is compiled): each DeltaChannel's value is "
+        "stored at the oldest checkpoint kept, so only the kept ones stay",
+    )
+    p.add_argument(
         "--delete", action="store_true",
         help="delete the selected threads entirely (strategy 'delete') instead",
     )
@@ -118,6 +124,44 @@ def _count_threads(saver: DeltaPostgresSaver) -> int:
     return int(row[0]) if row else 0
 
 
+def load_graph(spec: str) -> Any:
+    """The compiled graph ``spec`` names: ``path/to/file.py:attr`` (relative to the
+    current directory) or ``package.module:attr``; a ``StateGraph`` is compiled."""
+    import importlib
+    import importlib.util
+    from pathlib import Path
+
+    where, sep, attr = spec.rpartition(":")
+    if not sep or not where or not attr:
+        raise CliError(f"--graph {spec!r}: use path/to/file.py:attr or package.module:attr", 2)
+    try:
+        if where.endswith(".py"):
+            path = Path(where).resolve()
+            mod_spec = importlib.util.spec_from_file_location(path.stem, path)
+            if mod_spec is None or mod_spec.loader is None or not path.is_file():
+                raise CliError(f"--graph {spec!r}: no such file {str(path)!r}", 2)
+            module = importlib.util.module_from_spec(mod_spec)
+            sys.modules.setdefault(path.stem, module)
+            mod_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+        graph = getattr(module, attr)
+    except CliError:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever the user's module raises, said as usage
+        why = f"{type(e).__name__}: {e}"
+        raise CliError(f"--graph {spec!r} could not be loaded: {why}", 2) from None
+    if callable(getattr(graph, "compile", None)) and not hasattr(graph, "get_subgraphs"):
+        graph = graph.compile()
+    from .._ops.compaction import check_graph
+
+    try:
+        check_graph(graph)
+    except TypeError as e:
+        raise CliError(f"--graph {spec!r}: {e}", 2) from None
+    return graph
+
+
 def run(args: argparse.Namespace) -> int:
     if not args.thread and args.older_than is None:
         print("error: say which threads: --thread ID... and/or --older-than AGE", file=sys.stderr)
@@ -138,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
     before = datetime.now(UTC) - args.older_than if args.older_than is not None else None
     strategy = "delete" if args.delete else "keep_latest"
     try:
+        graph = load_graph(args.graph) if args.graph else None
         with connect_to(args) as conn:
             try:
                 saver = DeltaPostgresSaver(conn, schema=args.schema)
@@ -173,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
                             try:
                                 total += saver.prune(
                                     [thread_id], strategy=strategy, keep_last=args.keep_last,
-                                    before=before, dry_run=args.dry_run,
+                                    before=before, dry_run=args.dry_run, graph=graph,
                                 )
                             except HistoryError as e:
                                 failed.append((thread_id, str(e)))

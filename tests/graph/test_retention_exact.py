@@ -209,8 +209,11 @@ def test_every_checkpoint_left_reads_as_before(dsn: str) -> None:
             ops=st.lists(OPS, min_size=3, max_size=24),
             freqs=st.tuples(st.integers(1, 6), st.integers(1, 6)),
             prune=PRUNES,
+            via_async=st.booleans(),
         )
-        def run(ops: list[tuple[str, str]], freqs: tuple[int, int], prune: Any) -> None:
+        def run(
+            ops: list[tuple[str, str]], freqs: tuple[int, int], prune: Any, via_async: bool
+        ) -> None:
             strategy, keep_last, use_before = prune
             tid = f"exact-{next(_threads)}"
             builder = _builder(*freqs)
@@ -230,7 +233,17 @@ def test_every_checkpoint_left_reads_as_before(dsn: str) -> None:
                 kwargs["keep_last"] = keep_last
             if use_before:
                 kwargs["before"] = datetime.now(UTC) + timedelta(minutes=5)
-            stats = DeltaPostgresSaver(conn2).prune([tid], **kwargs)
+            if via_async:  # the async saver prunes (and compacts) the same way
+
+                async def aprune() -> Any:
+                    async with await psycopg.AsyncConnection.connect(
+                        dsn, autocommit=True
+                    ) as ac:
+                        return await AsyncDeltaPostgresSaver(ac).aprune([tid], **kwargs)
+
+                stats = asyncio.run(aprune())
+            else:
+                stats = DeltaPostgresSaver(conn2).prune([tid], **kwargs)
             some = "some" if getattr(stats, "hidden", 0) else "no"
             event(f"{strategy}: {some} checkpoint kept as seed only")
             event(f"checkpoints before the prune: {len(before) // 10 * 10}+")
@@ -334,3 +347,31 @@ def test_compaction_leaves_a_version_two_checkpoints_read_apart(dsn: str) -> Non
         for cid in left:
             assert _read(graph, saver, cfg(tid, checkpoint_id=cid)) == before[cid]
         assert stats.hidden > 0  # messages: kept by its keep-set, not compacted
+
+
+def test_prune_graph_must_be_a_compiled_graph(dsn: str) -> None:
+    """A wrong ``graph`` is a TypeError before anything runs, sync and async."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        saver = DeltaPostgresSaver(conn)
+        graph = _builder(2, 2).compile(checkpointer=saver)
+        graph.invoke({"messages": ["u"], "mode": "files"}, cfg("typed"))
+        n = len(_ids(saver, "typed"))
+        for bad in ("graph", {"messages": 1}, _builder(2, 2), 3):
+            try:
+                saver.prune(["typed"], graph=bad)
+            except TypeError as e:
+                assert "compiled graph" in str(e)
+            else:
+                raise AssertionError(f"accepted {bad!r}")
+        assert len(_ids(saver, "typed")) == n
+
+        async def check_async() -> None:
+            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as ac:
+                try:
+                    await AsyncDeltaPostgresSaver(ac).aprune(["typed"], graph="graph")
+                except TypeError:
+                    return
+                raise AssertionError("aprune accepted a str graph")
+
+        asyncio.run(check_async())
+        assert len(_ids(saver, "typed")) == n

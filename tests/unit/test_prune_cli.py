@@ -152,3 +152,37 @@ def test_prune_of_a_never_migrated_database_says_to_migrate(empty_dsn: str, how:
     res = run("prune", "--dsn", empty_dsn, "--schema", "lgdp x", *how)
     assert res.returncode == 1
     assert "langgraph-delta-pg migrate --schema 'lgdp x'" in res.stderr
+
+
+def test_prune_with_a_graph_compacts(dsn: str, tmp_path: pytest.TempPathFactory) -> None:
+    """--graph path.py:attr (a StateGraph, compiled by the command): keep_last=2 leaves
+    two checkpoints per thread in the table, each reading as before; a spec that names
+    nothing loadable is a usage error."""
+    from pathlib import Path
+
+    before = write_threads(dsn, 2, turns=6)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        saver = DeltaPostgresSaver(conn)
+        g = fanout_builder(5).compile(checkpointer=saver)
+        kept = [t.config for t in saver.list(T("t000"), limit=2)]
+        values = [g.get_state(c).values for c in kept]
+    root = Path(__file__).resolve().parents[2]
+    spec = Path(str(tmp_path)) / "my_graph.py"
+    spec.write_text(
+        f"import sys\nsys.path.insert(0, {str(root)!r})\n"
+        "from tests.graph.test_delta_graphs import fanout_builder\n"
+        "builder = fanout_builder(5)\n"
+    )
+    res = run("prune", "--dsn", dsn, "--thread", "t000", "--keep-last", "2",
+              "--graph", f"{spec}:builder")
+    assert res.returncode == 0, res.stderr
+    assert re.search(r"checkpoints kept as seeds only\s+│?\s*0\b", res.stdout), res.stdout
+    assert count(dsn, "t000") == 2
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        saver = DeltaPostgresSaver(conn)
+        g = fanout_builder(5).compile(checkpointer=saver)
+        assert [g.get_state(c).values for c in kept] == values
+    assert states(dsn, list(before)) == before
+    for bad in (f"{spec}:nothing", "no_such_module_x:graph", f"{spec}", f"{spec}:sys"):
+        res = run("prune", "--dsn", dsn, "--thread", "t001", "--graph", bad)
+        assert res.returncode == 2 and "--graph" in res.stderr, (bad, res.stderr)
