@@ -330,16 +330,22 @@ class DeltaPostgresSaver(SaverCore):
         dry_run: bool = False,
         graph: Any = None,
     ) -> PruneStats:
-        """Delete old checkpoints of ``thread_ids``; DeltaChannel-safe.
+        """Delete old checkpoints of ``thread_ids``; DeltaChannel-safe: every checkpoint
+        a read path returns afterwards reads what it read before (values, pending
+        writes, metadata, parent), and any other answers as deleted.
 
-        ``strategy="keep_latest"``: per thread and namespace, keep the latest checkpoint
-        (``keep_last=N``: the N latest of its parent chain), what each DeltaChannel of
-        its state needs to load (the checkpoints back to the nearest stored value, see
-        :meth:`get_delta_channel_keepset`), their pending writes and the blobs they
-        name; delete every other checkpoint, write and blob. One transaction per
-        thread. ``strategy="delete"`` (or ``"delete_all"``): every row of the threads,
-        in one transaction. ``before``: only threads whose latest checkpoint is older
-        (timezone-aware). ``dry_run``: delete nothing, count what would go.
+        ``strategy="keep_latest"``: per thread and namespace, leave the latest checkpoint
+        (``keep_last=N``: the N latest of its parent chain) listed; keep the older
+        checkpoints their DeltaChannel state is rebuilt from (the keep-set, see
+        :meth:`get_delta_channel_keepset`) as seeds only, which no read path returns
+        (``PruneStats.hidden``); delete every other checkpoint, write and blob. One
+        transaction per thread. ``graph`` (the compiled graph that wrote the threads):
+        first store each DeltaChannel's full value at the oldest checkpoint left listed
+        (a snapshot in the official saver's format, folded by the graph's reducers), so
+        no seed is kept: ``keep_last=N`` leaves N checkpoints per namespace.
+        ``strategy="delete"`` (or ``"delete_all"``): every row of the threads, in one
+        transaction. ``before``: only threads whose latest checkpoint is older
+        (timezone-aware). ``dry_run``: change nothing, count what would go.
 
         Every argument is checked before any statement runs.
 
@@ -347,7 +353,8 @@ class DeltaPostgresSaver(SaverCore):
             TypeError: an argument of the wrong type: ``thread_ids`` a str (or not a
                 sequence of str / UUID ids), ``strategy`` not a str, ``keep_last`` not an
                 int, ``before`` not a datetime, ``dry_run`` not a bool (``"no"``,
-                ``None``, ``0`` are refused: only ``True`` / ``False``).
+                ``None``, ``0`` are refused: only ``True`` / ``False``), ``graph`` not a
+                compiled graph.
             ValueError: unknown strategy, ``keep_last`` < 1 (or given with
                 ``"delete"``), ``before`` a naive datetime.
             HistoryError: a thread's parent chain has a cycle (or is deeper than

@@ -98,7 +98,8 @@ FROM (
 ORDER BY r.checkpoint_ns COLLATE "C", r.tbl, r.channel COLLATE "C"
 
 -- name: latest
--- The latest checkpoint of one namespace and its delta counters.
+-- The latest checkpoint of one namespace (as get_tuple loads it: never a seed-only one,
+-- migration 0008) and its delta counters.
 -- Parameters: thread_id, checkpoint_ns text.
 -- Result columns: checkpoint_id text, step bigint, stored_channels text[],
 --   delta_channels text[], delta_updates int[], delta_supersteps int[] (the typed columns,
@@ -136,6 +137,7 @@ SELECT
 FROM {s}checkpoints AS c
 WHERE c.thread_id = %(thread_id)s
   AND c.checkpoint_ns = %(checkpoint_ns)s
+  AND c.seed_only IS NOT TRUE
 ORDER BY c.checkpoint_id DESC
 LIMIT 1
 

@@ -118,10 +118,12 @@ wanted AS (
 -- value (a delete racing a put can leave a claim whose blob is gone): a claim with
 -- neither counts as NOT stored, as the official saver reads it.
 --
--- %(settled)s text[]: channels that need nothing older than the keep_last-th row,
--- whatever it stores (prune(graph=...): the compaction stores their value there, or
--- proved that nothing older reaches them); they count as seeded at that row. '{{}}':
--- none (the keep-set, delete_for_runs, prune without a graph).
+-- %(settled)s text[], %(settled_at)s text: channels that need nothing older than the
+-- checkpoint settled_at, whatever it stores (prune(graph=...): compaction stored their
+-- value there, or proved that nothing older reaches them); they count as seeded at that
+-- checkpoint, wherever the walk meets it (a run may have moved the head since the
+-- compaction chose it: it is then deeper than keep_last, and still the place they stop).
+-- '{{}}' and NULL: none (the keep-set, delete_for_runs, prune without a graph).
 --
 -- Termination: every channel seeded past the keep_last-th row (active empty), the root
 -- (parent_checkpoint_id NULL), a missing parent (the LATERAL finds nothing), a cycle
@@ -153,12 +155,12 @@ walk AS (
         CASE
             WHEN cardinality(n.active) = 0
               OR (p.stored_channels IS NOT NULL AND NOT (p.stored_channels && n.active)
-                  AND NOT (w.depth + 1 = %(keep_last)s::int
+                  AND NOT (p.checkpoint_id = %(settled_at)s::text
                            AND %(settled)s::text[] && n.active))
                 THEN '{{}}'::text[]
             ELSE ARRAY(
                 SELECT ch FROM unnest(n.active) AS ch
-                WHERE (w.depth + 1 = %(keep_last)s::int AND ch = ANY (%(settled)s::text[]))
+                WHERE (p.checkpoint_id = %(settled_at)s::text AND ch = ANY (%(settled)s::text[]))
                    OR ((p.stored_channels IS NULL OR ch = ANY (p.stored_channels))
                   AND (
                       jsonb_typeof(p.checkpoint -> 'channel_values' -> ch)
@@ -444,7 +446,7 @@ ORDER BY c.depth
 WITH v AS (
     SELECT v.channel, v.version, v.type, v.blob
     FROM unnest(%(channels)s::text[], %(versions)s::text[], %(types)s::text[],
-                %(blobs)s::bytea[]) AS v(channel, version, type, blob)
+                %(blobs)b::bytea[]) AS v(channel, version, type, blob)
 ), stored AS (
     INSERT INTO {s}checkpoint_blobs AS b (thread_id, checkpoint_ns, channel, version, type, blob)
     SELECT %(thread_id)s, %(checkpoint_ns)s, v.channel, v.version, v.type, v.blob FROM v

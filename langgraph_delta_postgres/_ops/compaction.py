@@ -82,18 +82,19 @@ def _shares_version_with_writes(rows: list[dict[str, Any]], channel: str) -> boo
 def op_compact_ns(
     ctx: SaverCore, thread_id: str, ns: str, keep_last: int, specs: dict[str, DeltaChannel[Any]],
     dry_run: bool,
-) -> Op[list[str]]:
+) -> Op[tuple[str, list[str]] | None]:
     """Compact one namespace (in the prune's transaction, its thread locked): the
-    channels the prune statement may then take as settled at the keep_last-th row."""
+    checkpoint it compacted and the channels the prune statement may take as settled
+    there (None: nothing compacted)."""
     if not specs:
-        return []
+        return None
     rows = yield Stmt(
         ctx.queries["retention.compact_chain"],
         {"thread_id": thread_id, "checkpoint_ns": ns, "keep_last": keep_last,
          "channels": sorted(specs)},
     )
     if len(rows) < keep_last or rows[-1]["seed_only"]:
-        return []  # nothing older to delete, or that checkpoint reads as deleted already
+        return None  # nothing older to delete, or that checkpoint reads as deleted already
     oldest = rows[-1]
     versions = oldest["versions"] or {}
     to_store = [
@@ -104,7 +105,7 @@ def op_compact_ns(
     unversioned = [ch for ch in sorted(specs) if ch not in versions]
     asked = to_store + unversioned
     if not asked:
-        return []
+        return None
     config = {"configurable": {
         "thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": oldest["checkpoint_id"],
     }}
@@ -128,4 +129,4 @@ def op_compact_ns(
             },
             fetch=False,
         )
-    return to_store + settled
+    return oldest["checkpoint_id"], to_store + settled

@@ -123,11 +123,11 @@ def _prune_heads(ctx: SaverCore, thread_id: str, before: datetime | None) -> Op[
 
 def _op_prune_ns(
     ctx: SaverCore, thread_id: str, ns: str, keep_last: int, dry_run: bool,
-    settled: list[str] | None = None,
+    settled: tuple[str, list[str]] | None = None,
 ) -> Op[PruneStats]:
     """Prune one namespace of a thread to what its latest checkpoint needs (see
-    ``retention.prune_result``); ``keep_last=0`` counts everything. ``settled``: the
-    channels compaction made need nothing older than the keep_last-th checkpoint."""
+    ``retention.prune_result``); ``keep_last=0`` counts everything. ``settled``: a
+    checkpoint id and the channels compaction made need nothing older than it."""
     rows = yield Stmt(
         ctx.queries.join(
             "retention.prune_target", "retention.walk", "retention.prune_result"
@@ -138,7 +138,8 @@ def _op_prune_ns(
             "checkpoint_id": None,
             "keep_last": keep_last,
             "max_depth": ctx.max_history_depth,
-            "settled": settled or [],
+            "settled": settled[1] if settled else [],
+            "settled_at": settled[0] if settled else None,
             "dry_run": dry_run,
         },
     )
@@ -167,7 +168,7 @@ def _op_prune_thread(
         return PruneStats()
     total = PruneStats(threads=1)
     for ns in namespaces:
-        settled: list[str] = []
+        settled: tuple[str, list[str]] | None = None
         specs = delta_specs(graph, ns) if graph is not None else None
         if specs:
             settled = yield from op_compact_ns(ctx, thread_id, ns, keep_last, specs, dry_run)
@@ -210,6 +211,7 @@ def _op_delta_keepset(ctx: SaverCore, config: RunnableConfig, channels: list[str
             "keep_last": 1,
             "max_depth": ctx.max_history_depth,
             "settled": [],
+            "settled_at": None,
         },
     )
     keep: set[str] = set()
@@ -250,7 +252,8 @@ def _delete_for_runs(ctx: SaverCore, ids: list[str]) -> Op[None]:
                 "checkpoint_id": c["checkpoint_id"],
                 "keep_last": 1,
                 "max_depth": ctx.max_history_depth,
-            "settled": [],
+                "settled": [],
+                "settled_at": None,
             },
         )
         for r in rows:

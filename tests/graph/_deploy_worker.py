@@ -14,7 +14,7 @@ Commands (``thread``: the thread id):
   late     a write added to the ``back``-th checkpoint below the latest, or to
            ``checkpoint_id`` (put_writes)
   reput    the ``back``-th checkpoint below the latest put again (same id and parent)
-  prune    ``prune(keep_last)`` of the thread (ours only)
+  prune    ``prune(keep_last)`` of the thread (ours only; ``compact``: with the graph)
   delete   ``delete_thread``
 """
 
@@ -160,8 +160,11 @@ class Worker:
         self.warm.put(tup.parent_config, tup.checkpoint, tup.metadata, {})
         return tup.config["configurable"]["checkpoint_id"]
 
-    def prune(self, thread: str, keep_last: int) -> Any:
-        self.warm.prune([thread], keep_last=keep_last)
+    def prune(self, thread: str, keep_last: int, compact: bool = False) -> Any:
+        if compact:  # this release only: the previous one has no graph argument
+            self.warm.prune([thread], keep_last=keep_last, graph=self.graph)
+        else:
+            self.warm.prune([thread], keep_last=keep_last)
         return None
 
     def delete(self, thread: str) -> Any:

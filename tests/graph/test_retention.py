@@ -763,12 +763,12 @@ def test_keepset_plan_cached_on_tiny_tables_stays_a_key_lookup(dsn: str) -> None
         ).fetchone()
         assert row is not None
         # parameters in order of first use: thread_id, checkpoint_ns, checkpoint_id,
-        # channels, keep_last, settled, max_depth
+        # channels, keep_last, settled_at, settled, max_depth
         plan = "\n".join(
             r[0]
             for r in saver.conn.execute(
                 psql.SQL(
-                    "EXPLAIN EXECUTE {}('grow', '', {}, ARRAY['ch'], 1, '{{}}', 1000000)"
+                    "EXPLAIN EXECUTE {}('grow', '', {}, ARRAY['ch'], 1, NULL, '{{}}', 1000000)"
                 ).format(
                     psql.Identifier(row[0]), psql.Literal(c["configurable"]["checkpoint_id"])
                 )

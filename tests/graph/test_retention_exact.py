@@ -184,6 +184,10 @@ def _check_after(
         assert left == chain[: keep_last or 1]
     for cid in left:
         assert _read(graph, saver, cfg(tid, checkpoint_id=cid)) == before[cid], cid
+    # the history page a UI shows (list, then each entry's state from the listed rows)
+    page = [(s.config["configurable"]["checkpoint_id"], canon(s.values))
+            for s in graph.get_state_history(cfg(tid))]
+    assert page == [(cid, before[cid][0]) for cid in left]
     for cid in set(before) - set(left):
         assert saver.get_tuple(cfg(tid, checkpoint_id=cid)) is None, cid
         hist = saver.get_delta_channel_history(
@@ -375,3 +379,46 @@ def test_prune_graph_must_be_a_compiled_graph(dsn: str) -> None:
 
         asyncio.run(check_async())
         assert len(_ids(saver, "typed")) == n
+
+
+def test_compaction_while_a_run_moves_the_head(dsn: str, monkeypatch: Any) -> None:
+    """A turn commits between the compaction (which chose the oldest checkpoint to keep
+    and stored the values there) and the prune statement (which walks from the head it
+    sees then): the channels stop at the checkpoint compaction stored them at, wherever
+    that now is in the chain, and every checkpoint listed afterwards reads as it did
+    right before the prune statement."""
+    from langgraph_delta_postgres._ops import retention
+
+    real = retention.op_compact_ns
+    with psycopg.connect(dsn, autocommit=True) as conn, psycopg.connect(
+        dsn, autocommit=True
+    ) as other:
+        saver = DeltaPostgresSaver(conn)
+        runner = _builder(50, 50).compile(checkpointer=DeltaPostgresSaver(other))
+        reader = DeltaPostgresSaver(other, cache_bytes=0)
+        tid = "head-moves"
+        for i in range(6):
+            runner.invoke({"messages": [f"u{i}"], "mode": "files"}, cfg(tid))
+        before: dict[str, Any] = {}
+
+        def compact_then_a_turn(*args: Any, **kwargs: Any) -> Any:
+            got = yield from real(*args, **kwargs)
+            runner.invoke({"messages": ["racing"], "mode": "fan"}, cfg(tid))
+            rgraph = _builder(50, 50).compile(checkpointer=reader)
+            before.update(
+                (cid, _read(rgraph, reader, cfg(tid, checkpoint_id=cid)))
+                for cid in _ids(reader, tid)
+            )
+            return got
+
+        monkeypatch.setattr(retention, "op_compact_ns", compact_then_a_turn)
+        graph = _builder(50, 50).compile(checkpointer=saver)
+        saver.prune([tid], keep_last=3, graph=graph)
+        left = _ids(saver, tid)
+        assert len(left) == 3 and before
+        for cid in left:
+            assert _read(graph, saver, cfg(tid, checkpoint_id=cid)) == before[cid], cid
+        with official_saver(dsn) as official:
+            ograph = _builder(50, 50).compile(checkpointer=official)
+            for cid in left:
+                assert _read(ograph, official, cfg(tid, checkpoint_id=cid)) == before[cid]

@@ -168,6 +168,10 @@ def build_threads(dsn: str) -> dict[str, list[str]]:
         _graph_runs(ours, note_builder(), "adopted-pruned", ["r2"], notes_in)
         ours.prune(["adopted-pruned"], strategy="keep_latest", keep_last=2)
         threads["adopted-pruned"] = NOTE_CHANNELS
+        # compacted (prune with the graph): the listed chain is whole again
+        _graph_runs(ours, note_builder(), "notes-compacted", ["r0", "r1", "r2"], notes_in)
+        ours.prune(["notes-compacted"], keep_last=4, graph=note_builder().compile())
+        threads["notes-compacted"] = NOTE_CHANNELS
         # delete_for_runs: a middle run (what later runs need is kept) and the last run
         _graph_runs(ours, fanout_builder(100), "fan-runs", ["r0", "r1", "r2", "r3"], fan_in)
         ours.delete_for_runs(["fan-runs/r1"])
@@ -413,11 +417,12 @@ async def test_listing_answers_what_the_walk_and_the_official_saver_answer(
     for thread in WHOLE:
         answered, listed = totals[thread]
         assert listed > 0 and answered == listed, (thread, totals[thread])
-    # pruned threads and deleted runs: the kept head's chain is whole, older entries'
-    # chains may leave the listing (the statement answers those)
+    # pruned threads and deleted runs: a listed entry whose chain reaches checkpoints
+    # kept as seeds only (not listed) is answered by the statement (check_thread
+    # compares every answer with the statement's and the official saver's)
     for thread in set(threads) - WHOLE - {"deleted"}:
         answered, listed = totals[thread]
-        assert listed > 0 and answered > 0, (thread, totals[thread])
+        assert listed > 0, (thread, totals[thread])
     assert totals["deleted"] == (0, 0)
 
 
@@ -505,17 +510,26 @@ def test_get_state_history_with_the_listing_equals_the_official_saver(dsn: str) 
             ("adopted-pruned", note_builder()), ("orphans", note_builder()),
             ("notes-runs", note_builder()), ("fan-4-pruned", fanout_builder(4)),
             ("fan-runs", fanout_builder(100)), ("fan-1-keep3", fanout_builder(1)),
+            ("notes-compacted", note_builder()),
         ):
             c = {"configurable": {"thread_id": thread}}
             before = ours.stats().walk
             mine = [(canon(s.values), s.next, s.config["configurable"]["checkpoint_id"])
                     for s in builder.compile(checkpointer=ours).get_state_history(c)]
             after = ours.stats().walk
-            if after.history_calls > before.history_calls:  # a state to rebuild
+            pruned = thread.endswith(("pruned", "keep5", "keep3", "runs", "compacted"))
+            if after.history_calls > before.history_calls and not pruned:
+                # a state to rebuild, from the listing (after a prune, an entry whose
+                # chain reaches checkpoints kept as seeds only is read by the statement)
                 assert after.prefetch_hits > before.prefetch_hits, thread
             theirs = [(canon(s.values), s.next, s.config["configurable"]["checkpoint_id"])
                       for s in builder.compile(checkpointer=off).get_state_history(c)]
-            assert mine == theirs, thread
+            # the official saver also lists what prune kept as seeds only (it does not
+            # know the mark): every entry ours lists, it reads the same
+            ids = {m[2] for m in mine}
+            assert mine == [t for t in theirs if t[2] in ids], thread
+            if not thread.endswith(("pruned", "keep5", "keep3", "runs")):
+                assert mine == theirs, thread
 
 
 # ------------------------------------------------ a listing answers only its own rows

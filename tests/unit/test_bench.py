@@ -95,20 +95,29 @@ def test_only_retention(pg_server: PgServer, tmp_path: Path) -> None:
     assert res["command"].endswith("--only retention --json " + str(out_json))
     ret = res["retention"]
     assert set(ret["storage"]) == {
-        "default/keep_latest", "default/keep_last_10", "k5/keep_latest", "k5/keep_last_10"
+        f"{k}/{v}" for k in ("default", "k5")
+        for v in ("keep_latest", "keep_last_10", "compacted_keep_last_10")
     }
     for key, m in ret["storage"].items():
-        assert m["state_unchanged"]
+        assert m["state_unchanged"]  # every checkpoint left listed reads as before
+        listed = 10 if "keep_last_10" in key else 1
+        assert m["after"]["visible"] == listed
+        if key.endswith("compacted_keep_last_10"):  # nothing but the listed ones stays,
+            assert m["after"]["rows"]["checkpoints"] == listed  # and the official saver
+            assert m["official_listed_reading_as_before"] == m["after"]["official_listed"]
+            assert m["after"]["official_listed"] == listed  # lists and reads them as ours
         # 16 turns: the files field (one update a turn) has snapshots at k=5, none yet
         # at the default 100
-        if key.startswith("k5"):
+        elif key.startswith("k5"):
             assert m["after"]["rows"]["checkpoints"] < m["before"]["rows"]["checkpoints"]
         else:
             assert m["freed"]["checkpoints"] == 0
         assert m["freed"]["checkpoints"] == (
             m["before"]["rows"]["checkpoints"] - m["after"]["rows"]["checkpoints"]
         )
+        assert m["freed"]["hidden"] == m["after"]["rows"]["checkpoints"] - listed
         assert m["official_keep_latest"] == "NotImplementedError"  # it refuses delta threads
+    assert ret["delta_bytes"]["after"] < ret["delta_bytes"]["before"]
     assert ret["delta_threads_per_s"] > 0
     assert ret["full_official_over_ours_median"] > 0
     assert ret["full_ratio_chunks"] == 4
