@@ -10,7 +10,8 @@ threads a second it prunes.
   table's free space, on disk only by VACUUM FULL). Whether the official saver's
   ``prune(strategy="keep_latest")`` accepts the same thread is recorded as it answers.
 * throughput: ``threads`` copies of a short DeltaChannel thread (and as many full-snapshot
-  ones, which the official saver can prune too), pruned in chunks; ours and the official
+  ones, which the official saver can prune too), pruned in chunks (the DeltaChannel ones
+  twice: without and with the graph, i.e. compaction); ours and the official
   saver alternate chunk by chunk on the full-snapshot threads, and the ratio is the
   median of the per-chunk ratios (the machine is shared: a noisy neighbour slows both
   sides of a pair alike).
@@ -189,6 +190,23 @@ def run_retention(dsn: str, scale: str, log: Callable[[str], None]) -> dict[str,
         res["delta_threads_per_s"] = n_threads / delta_s
         res["delta_freed"] = _stats(freed)
         res["delta_bytes"] = {"before": bytes_before, "after": _prefix_bytes(a, "ret-d-")}
+        # the same threads again, pruned with the graph (compaction)
+        compact_ids = _clone(a, "ret-tpl-delta", "ret-c-", n_threads)
+        a.execute("ANALYZE")
+        bytes_before = _prefix_bytes(a, "ret-c-")
+        freed_c = PruneStats()
+        t0 = time.perf_counter()
+        for i in range(0, len(compact_ids), chunk):
+            freed_c += ours.prune(compact_ids[i : i + chunk], graph=g_delta)
+        res["compacted_threads_per_s"] = n_threads / (time.perf_counter() - t0)
+        res["compacted_freed"] = _stats(freed_c)
+        res["compacted_bytes"] = {"before": bytes_before, "after": _prefix_bytes(a, "ret-c-")}
+        log(
+            f"  ours with the graph (compaction): {res['compacted_threads_per_s']:,.0f} "
+            f"threads/s, payload {res['compacted_bytes']['before'] / 1e6:.1f} -> "
+            f"{res['compacted_bytes']['after'] / 1e6:.1f} MB ({freed_c.checkpoints:,} "
+            f"checkpoints deleted, {freed_c.hidden:,} kept as seeds only)"
+        )
         ours_ids, off_ids = full_ids[0::2], full_ids[1::2]
         ratios, ours_t, off_t = [], 0.0, 0.0
         for i in range(0, n_threads, chunk):

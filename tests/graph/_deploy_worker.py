@@ -143,8 +143,10 @@ class Worker:
     def late(self, thread: str, back: int, text: str, checkpoint_id: str | None = None) -> Any:
         if checkpoint_id is None:
             tuples = self._tuples(thread)
-            if len(tuples) <= back:
+            if len(tuples) < 2:  # nothing with a child to write late to
                 return None
+            # a pruned thread lists few checkpoints: the oldest listed one, then
+            back = min(back, len(tuples) - 1)
             checkpoint_id = tuples[back].config["configurable"]["checkpoint_id"]
         config = {"configurable": {"thread_id": thread, "checkpoint_ns": "",
                                    "checkpoint_id": checkpoint_id}}

@@ -118,6 +118,8 @@ def test_only_retention(pg_server: PgServer, tmp_path: Path) -> None:
         assert m["freed"]["hidden"] == m["after"]["rows"]["checkpoints"] - listed
         assert m["official_keep_latest"] == "NotImplementedError"  # it refuses delta threads
     assert ret["delta_bytes"]["after"] < ret["delta_bytes"]["before"]
+    assert ret["compacted_threads_per_s"] > 0 and ret["compacted_freed"]["hidden"] == 0
+    assert ret["compacted_bytes"]["after"] <= ret["delta_bytes"]["after"]
     assert ret["delta_threads_per_s"] > 0
     assert ret["full_official_over_ours_median"] > 0
     assert ret["full_ratio_chunks"] == 4
