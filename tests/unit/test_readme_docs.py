@@ -73,6 +73,8 @@ def test_retention_figures_are_one_run_everywhere() -> None:
         f"{round(ret['full_threads_per_s']['ours']):,}",
         f"{round(ret['full_threads_per_s']['official']):,}",
     }
+    if "compacted_threads_per_s" in ret:  # prune(graph=...): compaction
+        rates.add(f"{round(ret['compacted_threads_per_s']):,}")
     ratio = f"{ret['full_official_over_ours_median']:.2f}x"
     delta = f"{round(ret['delta_threads_per_s']):,} threads/s"
     for name, text in (
