@@ -132,11 +132,9 @@ def _drive(
             graph.invoke({"messages": [f"u{i}"], "mode": arg or "plain"}, conf)
 
 
-def _read(graph: Any, saver: BaseCheckpointSaver[Any], config: dict[str, Any]) -> Any:
+def _observed(snap: Any, tup: Any) -> Any:
     """What a user reads of one checkpoint: its state as LangGraph loads it, and the
     tuple's parent and pending writes."""
-    snap = graph.get_state(config)
-    tup = saver.get_tuple(config)
     assert tup is not None
     return (
         canon(snap.values),
@@ -146,20 +144,14 @@ def _read(graph: Any, saver: BaseCheckpointSaver[Any], config: dict[str, Any]) -
         (tup.parent_config or {}).get("configurable", {}).get("checkpoint_id"),
         tuple(sorted((w[0], w[1], repr(canon(w[2]))) for w in tup.pending_writes or ())),
     )
+
+
+def _read(graph: Any, saver: BaseCheckpointSaver[Any], config: dict[str, Any]) -> Any:
+    return _observed(graph.get_state(config), saver.get_tuple(config))
 
 
 async def _aread(graph: Any, saver: BaseCheckpointSaver[Any], config: dict[str, Any]) -> Any:
-    snap = await graph.aget_state(config)
-    tup = await saver.aget_tuple(config)
-    assert tup is not None
-    return (
-        canon(snap.values),
-        tuple(snap.next),
-        tuple((t.name, tuple(canon(i.value) for i in t.interrupts)) for t in snap.tasks),
-        canon(snap.metadata),
-        (tup.parent_config or {}).get("configurable", {}).get("checkpoint_id"),
-        tuple(sorted((w[0], w[1], repr(canon(w[2]))) for w in tup.pending_writes or ())),
-    )
+    return _observed(await graph.aget_state(config), await saver.aget_tuple(config))
 
 
 def _ids(saver: BaseCheckpointSaver[Any], tid: str) -> list[str]:
