@@ -52,13 +52,70 @@ class StatementCounter:
 
 def connect_ours(dsn: str) -> psycopg.Connection[Any]:
     """A connection as ``DeltaPostgresSaver.from_conn_string`` opens it (default
-    ``prepare_threshold``, generic plans)."""
+    ``prepare_threshold``, generic plans). For the scripts outside the bench; the bench's
+    sections open their savers with ``from_conn_string`` itself (:data:`OPENED`)."""
     return psycopg.connect(dsn, **connect_kwargs(dsn, DEFAULT_PREPARE_THRESHOLD))
 
 
 def connect_official(dsn: str) -> psycopg.Connection[Any]:
-    """A connection as ``PostgresSaver.from_conn_string`` opens it."""
+    """A connection as ``PostgresSaver.from_conn_string`` opens it (for the scripts, as
+    :func:`connect_ours`)."""
     return psycopg.connect(dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row)
+
+
+# ---------------------------------------------------------------- how savers are opened
+
+#: How the sections open their savers: as the README tells users to, through each
+#: saver's own constructor. Each section says which in the "savers" field of its results.
+ONE_CONNECTION = "from_conn_string (one connection)"
+#: A saver opened for one timed call and closed after it: a new connection, as a new
+#: process has (opening it is not timed; its time is reported apart as ``open_ms``).
+NEW_CONNECTION = "from_conn_string per timed call (a new connection each, opened untimed)"
+
+
+def pooled(n: int) -> str:
+    """What ``savers`` says of ``from_conn_string(pool_size=n)``."""
+    return f"from_conn_string(pool_size={n})"
+
+
+#: The official saver's ``from_conn_string`` opens one connection; for a pool, its
+#: documentation has users make one with these connection settings.
+OFFICIAL_POOL_KWARGS = "autocommit=True, prepare_threshold=0, row_factory=dict_row"
+
+
+def official_pooled(n: int) -> str:
+    """What ``savers`` says of the official saver on a pool of ``n`` (it has no
+    ``from_conn_string`` with a pool)."""
+    return (f"ConnectionPool(min_size={n}, max_size={n}, kwargs: {OFFICIAL_POOL_KWARGS}) "
+            "(its from_conn_string opens one connection)")
+
+
+def official_pool_kwargs() -> dict[str, Any]:
+    """The connection settings of the official saver's pools (its documentation's)."""
+    return {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+
+
+class NewSavers:
+    """Savers opened by ``from_conn_string`` for one timed call each (a new connection, as
+    a process that has not served the thread has), closed after it by :meth:`close`. The
+    time each took to open is kept per name (``open_s``): it is not in the timed call."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self.open_s: dict[str, list[float]] = {}
+
+    def open(self, name: str, cm: contextlib.AbstractContextManager[Any]) -> Any:
+        t0 = time.perf_counter()
+        saver = self._stack.enter_context(cm)
+        self.open_s.setdefault(name, []).append(time.perf_counter() - t0)
+        return saver
+
+    def close(self, _arg: Any = None) -> None:
+        stack, self._stack = self._stack, contextlib.ExitStack()
+        stack.close()
+
+    def open_ms(self) -> dict[str, dict[str, float]]:
+        return {k: summary(v) for k, v in self.open_s.items()}
 
 
 # ---------------------------------------------------------------- timing
@@ -114,16 +171,22 @@ class Interleaved:
 
     def run(self, fns: dict[str, Any], rounds: int, *, warmup: int = 1) -> None:
         """``fns``: name -> a callable, or a ``(prepare, call)`` pair where only
-        ``call(prepare())`` is timed."""
+        ``call(prepare())`` is timed, or a ``(prepare, call, finish)`` triple where
+        ``finish(arg)`` runs (untimed) after the call, e.g. to close what ``prepare``
+        opened."""
         names = list(fns)
 
         def once(name: str) -> float:
             f = fns[name]
             if isinstance(f, tuple):
-                prepare, call = f
+                prepare, call, *finish = f
                 arg = prepare()
-                gc.collect()
-                return timed(lambda: call(arg))
+                try:
+                    gc.collect()
+                    return timed(lambda: call(arg))
+                finally:
+                    for fin in finish:
+                        fin(arg)
             gc.collect()
             return timed(f)
 
@@ -346,39 +409,48 @@ def machine_facts(conn: psycopg.Connection[Any]) -> dict[str, Any]:
 
 @dataclass
 class Savers:
-    """The savers of a run: per RTT label, ours and the official one on their own
-    connections (plus InMemorySaver at "0"); ``count`` holds an instrumented pair behind
-    the 0 ms metering proxy, whose statements ``counters`` count."""
+    """The savers of a run: per RTT label, ours and the official one, each opened by its
+    ``from_conn_string`` (one connection each; plus InMemorySaver at "0"); ``count`` holds
+    a pair opened the same way behind the 0 ms metering proxy, whose statements
+    ``counters`` count (a counting cursor class set on the saver's connection)."""
 
     by_rtt: dict[str, dict[str, Any]]
     count: dict[str, Any]
     counters: dict[str, StatementCounter]
     meter: LatencyProxy
-    conns: list[psycopg.Connection[Any]]
+    stack: contextlib.ExitStack
+
+    #: how the savers were opened (the "savers" field of the sections that use them)
+    opened = {"ours": f"DeltaPostgresSaver.{ONE_CONNECTION}, cache_bytes=0",
+              "official": f"PostgresSaver.{ONE_CONNECTION}"}
 
     def close(self) -> None:
-        for c in self.conns:
-            c.close()
+        self.stack.close()
 
 
 def open_savers(dsn: str, proxies: dict[str, LatencyProxy | None], meter: LatencyProxy) -> Savers:
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.checkpoint.postgres import PostgresSaver
 
-    conns: list[psycopg.Connection[Any]] = []
-    by_rtt: dict[str, dict[str, Any]] = {}
-    for label, proxy in proxies.items():
-        d = proxy.dsn(dsn) if proxy else dsn
-        a, b = connect_ours(d), connect_official(d)
-        conns += [a, b]
+    stack = contextlib.ExitStack()
+
+    def pair(d: str) -> dict[str, Any]:
         # cache_bytes=0: these sections time one call repeated; with the cache every
         # repeat after the first would be answered from memory (loads.py times the cache)
-        by_rtt[label] = {"ours": DeltaPostgresSaver(a, cache_bytes=0), "official": PostgresSaver(b)}
-    by_rtt["0"]["inmemory"] = InMemorySaver()
-    a, b = connect_ours(meter.dsn(dsn)), connect_official(meter.dsn(dsn))
-    conns += [a, b]
+        return {
+            "ours": stack.enter_context(DeltaPostgresSaver.from_conn_string(d, cache_bytes=0)),
+            "official": stack.enter_context(PostgresSaver.from_conn_string(d)),
+        }
+
+    try:
+        by_rtt = {label: pair(proxy.dsn(dsn) if proxy else dsn)
+                  for label, proxy in proxies.items()}
+        by_rtt["0"]["inmemory"] = InMemorySaver()
+        count = pair(meter.dsn(dsn))
+    except BaseException:
+        stack.close()
+        raise
     counters = {"ours": StatementCounter(), "official": StatementCounter()}
-    counters["ours"].attach(a)
-    counters["official"].attach(b)
-    count = {"ours": DeltaPostgresSaver(a, cache_bytes=0), "official": PostgresSaver(b)}
-    return Savers(by_rtt, count, counters, meter, conns)
+    counters["ours"].attach(count["ours"].conn)
+    counters["official"].attach(count["official"].conn)
+    return Savers(by_rtt, count, counters, meter, stack)

@@ -16,26 +16,36 @@ on a deep thread, ours against the official saver (direct connection, 0 ms RTT).
 * **big value**: one channel value of ``big_mb`` MB (random bytes, which TOAST cannot
   compress), as a ``_DeltaSnapshot``: ``put`` of it, ``get_tuple`` of that checkpoint,
   and the history call of its child (the value is the seed), interleaved rounds.
+
+Both savers are opened by their ``from_conn_string`` (one connection each; the big
+value's history by ours with ``cache_bytes=0``, opened the same way); the copies of
+threads, ``ANALYZE`` and the counts run on a connection of the section's own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from langgraph.checkpoint.base import empty_checkpoint
 
 from .. import DeltaPostgresSaver
 from .._compat import _DeltaSnapshot
 from .._connect import DEFAULT_PREPARE_THRESHOLD
-from .common import Interleaved, connect_official, connect_ours, ratio_summary, summary
+from .common import ONE_CONNECTION, Interleaved, ratio_summary, summary
 from .rows import copy_threads, write_chain
 from .workloads import build_graph, user_input
 
 LIST_LIMITS = (1, 10)
+#: how the section opens its savers (the "opened" field of its results)
+OPENED = {"ours": f"DeltaPostgresSaver.{ONE_CONNECTION}",
+          "official": f"PostgresSaver.{ONE_CONNECTION}",
+          "ours_history_big_value": f"DeltaPostgresSaver.{ONE_CONNECTION}, cache_bytes=0"}
 
 
 @dataclass(frozen=True)
@@ -59,13 +69,26 @@ SCALES = {
 }
 
 
-def run_listput(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str, Any]:
+@contextlib.contextmanager
+def _opened(dsn: str) -> Iterator[tuple[dict[str, Any], psycopg.Connection[Any]]]:
+    """Ours and the official saver as their ``from_conn_string`` opens them, and a raw
+    connection of the section's own (copies of threads, ANALYZE, counts)."""
     from langgraph.checkpoint.postgres import PostgresSaver
 
+    with DeltaPostgresSaver.from_conn_string(dsn) as ours, \
+            PostgresSaver.from_conn_string(dsn) as official, \
+            psycopg.connect(dsn, autocommit=True) as raw:
+        yield {"ours": ours, "official": official}, raw
+
+
+def run_listput(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str, Any]:
     scale = SCALES[scale_name]
-    res: dict[str, Any] = {"scale": vars(scale).copy(), "invoke": {}, "list": {}}
-    with connect_ours(dsn) as oc, connect_official(dsn) as fc:
-        savers = {"ours": DeltaPostgresSaver(oc), "official": PostgresSaver(fc)}
+    res: dict[str, Any] = {"scale": vars(scale).copy(), "invoke": {}, "list": {},
+                           "opened": dict(OPENED)}
+    log("  savers: " + "; ".join(f"{k} {v}" for k, v in OPENED.items()))
+    with _opened(dsn) as (savers, raw):
+        fc = savers["official"].conn
+        assert isinstance(fc, psycopg.Connection)
         for freq in scale.freqs:
             t0 = time.perf_counter()
             graphs = {k: build_graph("messages", s, snapshot_frequency=freq)
@@ -99,7 +122,7 @@ def run_listput(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[s
         tid = "list-deep"
         with fc.transaction():
             write_chain(savers["official"], tid, scale.list_depth, ("messages", "files"))
-        fc.execute("ANALYZE checkpoints, checkpoint_blobs, checkpoint_writes")
+        raw.execute("ANALYZE checkpoints, checkpoint_blobs, checkpoint_writes")
         log(f"  list thread: {scale.list_depth} checkpoints written by the official saver "
             f"({time.perf_counter() - t0:.1f}s)")
         thread_cfg: Any = {"configurable": {"thread_id": tid}}
@@ -128,24 +151,27 @@ def run_listput(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[s
                     f"{m['ours']['median_ms']:.2f} / official {m['official']['median_ms']:.2f} "
                     f"ms, ours/official x{m['ratio_ours_official']['median']:.2f}"
                     + ("" if m["results_equal"] else "  !! RESULTS DIFFER"))
-        res["many_threads"] = _many_threads(savers, oc, fc, scale, log)
-        res["big"] = _big_value(savers, scale, log)
+        res["many_threads"] = _many_threads(savers, raw, scale, log)
+        with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as nocache:
+            res["big"] = _big_value(savers, nocache, scale, log)
     return res
 
 
-def _many_threads(savers: dict[str, Any], oc: Any, fc: Any, scale: ListPutScale,
+def _many_threads(savers: dict[str, Any], raw: psycopg.Connection[Any], scale: ListPutScale,
                   log: Callable[[str], None]) -> list[dict[str, Any]]:
-    """``list(None, limit=n)`` as small threads are added, up to each of ``list_threads``."""
-    with fc.transaction():
+    """``list(None, limit=n)`` as small threads are added, up to each of ``list_threads``
+    (``raw``: the section's own connection, for the copies)."""
+    with savers["official"].conn.transaction():
         write_chain(savers["official"], "small-tpl", 20, ("messages", "files"), seed=11)
     out: list[dict[str, Any]] = []
     have = 0
     for count in scale.list_threads:
         t0 = time.perf_counter()
-        copy_threads(oc, "small-tpl", count - have, f"small-{count}-")
+        copy_threads(raw, "small-tpl", count - have, f"small-{count}-")
         have = count
-        row = oc.execute("SELECT count(DISTINCT thread_id), count(*) FROM checkpoints").fetchone()
-        threads, rows = row if isinstance(row, tuple) else tuple(row.values())
+        row = raw.execute("SELECT count(DISTINCT thread_id), count(*) FROM checkpoints").fetchone()
+        assert row is not None
+        threads, rows = row
         log(f"  list: {count} small threads copied ({time.perf_counter() - t0:.1f}s); "
             f"{threads} threads, {rows} checkpoints in the table")
         for n in LIST_LIMITS:
@@ -168,8 +194,8 @@ def _many_threads(savers: dict[str, Any], oc: Any, fc: Any, scale: ListPutScale,
     return out
 
 
-def _big_value(savers: dict[str, Any], scale: ListPutScale, log: Callable[[str], None]
-               ) -> dict[str, Any]:
+def _big_value(savers: dict[str, Any], nocache: DeltaPostgresSaver, scale: ListPutScale,
+               log: Callable[[str], None]) -> dict[str, Any]:
     value = [os.urandom(1000) for _ in range(scale.big_mb * 1000)]
     n = {k: 0 for k in savers}
     last: dict[str, Any] = {}
@@ -189,10 +215,10 @@ def _big_value(savers: dict[str, Any], scale: ListPutScale, log: Callable[[str],
             last[k] = (cfg, s.put(cfg, child, {"source": "loop", "step": 1, "parents": {}}, {}))
         return call
 
-    # the history call is the same call repeated: ours reads without its cache, so the
-    # figure is the read of the value (with the cache, every repeat is a copy from memory)
-    readers = {"ours": DeltaPostgresSaver(savers["ours"].conn, cache_bytes=0),
-               "official": savers["official"]}
+    # the history call is the same call repeated: ours reads without its cache (a saver
+    # from_conn_string(cache_bytes=0) opened), so the figure is the read of the value
+    # (with the cache, every repeat is a copy from memory)
+    readers = {"ours": nocache, "official": savers["official"]}
     iv = Interleaved()
     iv.run({f"put:{k}": put(k) for k in savers}, scale.big_rounds)
     iv.run({f"get_tuple:{k}": (lambda k=k: savers[k].get_tuple(last[k][0])) for k in savers}
@@ -302,9 +328,6 @@ def main(argv: list[str] | None = None) -> None:
     import sys
     import uuid
 
-    import psycopg
-    from langgraph.checkpoint.postgres import PostgresSaver
-
     from ..cli.postgres import embedded_postgres
     from ..migrate import migrate
     from .common import freeze_autovacuum, scratch_database
@@ -317,9 +340,8 @@ def main(argv: list[str] | None = None) -> None:
         with psycopg.connect(dsn, autocommit=True) as meter:
             migrate(meter)
             freeze_autovacuum(meter)
-        with connect_ours(dsn) as oc, connect_official(dsn) as fc:
-            savers = {"ours": DeltaPostgresSaver(oc), "official": PostgresSaver(fc)}
-            _many_threads(savers, oc, fc, scale, print)
+        with _opened(dsn) as (savers, raw):
+            _many_threads(savers, raw, scale, print)
 
 
 if __name__ == "__main__":

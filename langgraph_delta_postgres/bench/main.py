@@ -298,6 +298,7 @@ def _run(args: argparse.Namespace, scale: Scale) -> dict[str, Any]:
 
                 savers = open_savers(dsn, proxies, meter_proxy)
                 stack.callback(savers.close)
+                _log("  savers: " + _opened_line(savers.opened))
                 res["workloads"] = {}
                 specs_msg = []
                 for f in scale.messages_freqs:
@@ -324,14 +325,17 @@ def _run(args: argparse.Namespace, scale: Scale) -> dict[str, Any]:
                         wl, specs, points, savers, meter, scale.resume_rounds, _log
                     )
                     res["workloads"][wl]["seconds"] = time.perf_counter() - w0
+                    res["workloads"][wl]["opened"] = dict(savers.opened)
 
                 _log("history micro-benchmarks")
                 m0 = time.perf_counter()
                 net = open_savers(dsn, proxies, meter_proxy)
                 stack.callback(net.close)
+                _log("  savers: " + _opened_line(net.opened))
                 res["micro"] = run_micro(dsn, net, scale.micro, _log)
                 res["micro"]["seconds"] = time.perf_counter() - m0
-                res["explain"] = _explain(meter, res["micro"])
+                res["micro"]["opened"] = dict(net.opened)
+                res["explain"] = _explain(dsn, res["micro"])
                 from .retention import run_retention
 
                 res["retention"] = run_retention(dsn, scale.name, _log)
@@ -384,25 +388,35 @@ def _select1(dsn: str, proxies: dict[str, Any]) -> dict[str, Any]:
     return {k: iv.stats(k) for k in conns}
 
 
-def _explain(conn: Any, micro: dict[str, Any]) -> dict[str, str]:
-    """EXPLAIN (ANALYZE, BUFFERS) of our statement on the headline targets."""
+def _opened_line(opened: dict[str, str]) -> str:
+    return "; ".join(f"{k} {v}" for k, v in opened.items())
+
+
+def _explain(dsn: str, micro: dict[str, Any]) -> dict[str, str]:
+    """EXPLAIN (ANALYZE, BUFFERS) of our statement on the headline targets, on the
+    connection of a saver ``from_conn_string`` opened (its planner settings)."""
+    import psycopg
     from psycopg import sql
+    from psycopg.rows import tuple_row
 
     from .. import DeltaPostgresSaver
     from .._cache import NO_PLAN
 
     out = {}
-    saver = DeltaPostgresSaver(conn)
-    for key, m in micro.get("headline", {}).items():
-        params = {
-            "thread_id": m["thread_id"], "checkpoint_ns": "", "checkpoint_id": m["target_id"],
-            "channels": m["channels"], "max_depth": saver.max_history_depth,
-            **NO_PLAN.params(),
-        }
-        rows = conn.execute(
-            sql.SQL("EXPLAIN (ANALYZE, BUFFERS) ") + saver.history_query(), params
-        ).fetchall()
-        out[key] = "\n".join(r[0] for r in rows)
+    with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as saver:
+        conn = saver.conn
+        assert isinstance(conn, psycopg.Connection)
+        for key, m in micro.get("headline", {}).items():
+            params = {
+                "thread_id": m["thread_id"], "checkpoint_ns": "",
+                "checkpoint_id": m["target_id"], "channels": m["channels"],
+                "max_depth": saver.max_history_depth, **NO_PLAN.params(),
+            }
+            with conn.cursor(row_factory=tuple_row) as cur:
+                rows = cur.execute(
+                    sql.SQL("EXPLAIN (ANALYZE, BUFFERS) ") + saver.history_query(), params
+                ).fetchall()
+            out[key] = "\n".join(r[0] for r in rows)
     return out
 
 

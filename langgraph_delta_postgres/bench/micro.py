@@ -14,7 +14,7 @@ from psycopg.rows import dict_row
 
 from .. import DeltaPostgresSaver
 from .._cache import NO_PLAN
-from .common import Interleaved, Savers, StatementCounter, connect_official, connect_ours
+from .common import Interleaved, Savers, StatementCounter
 from .proxy import LatencyProxy
 from .rows import Branch, copy_threads, write_chain
 from .workloads import build_graph, run_turns
@@ -208,9 +208,14 @@ def run_micro(
     from langgraph.checkpoint.postgres import PostgresSaver
 
     res: dict[str, Any] = {"scale": vars(scale).copy()}
-    with connect_ours(dsn) as wconn, connect_official(dsn) as fconn:
-        writer = DeltaPostgresSaver(wconn)
-        off_writer = PostgresSaver(fconn)
+    # the rows are written by savers from_conn_string opened (each chain in one
+    # transaction of its saver's connection); the copies of threads on a connection of
+    # their own
+    with DeltaPostgresSaver.from_conn_string(dsn) as writer, \
+            PostgresSaver.from_conn_string(dsn) as off_writer, \
+            psycopg.connect(dsn, autocommit=True) as raw:
+        wconn, fconn = writer.conn, off_writer.conn
+        assert isinstance(wconn, psycopg.Connection) and isinstance(fconn, psycopg.Connection)
 
         def rounds_for(depth: int) -> int:
             return scale.deep_rounds if depth >= 2000 else scale.rounds
@@ -298,7 +303,7 @@ def run_micro(
         with wconn.transaction():
             write_chain(writer, "tpl", 20, CHANNELS[:2], seed=7)
         t0 = time.perf_counter()
-        copy_threads(wconn, "tpl", scale.other_threads, "other-")
+        copy_threads(raw, "tpl", scale.other_threads, "other-")
         log(f"  {scale.other_threads} other threads copied ({time.perf_counter() - t0:.1f}s)")
         res["many_threads"] = {"other_threads": scale.other_threads}
         d = min(1000, max(scale.depths))

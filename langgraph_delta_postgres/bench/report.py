@@ -298,6 +298,22 @@ def agent_section(res: dict[str, Any]) -> list[str]:
     return L + [""]
 
 
+def _method_savers(res: dict[str, Any]) -> str:
+    """The method's sentence on how the savers were opened."""
+    if "opened" not in res.get("micro", {}):  # a run before the sections said so
+        return ("Connections as each saver's `from_conn_string` opens them (official: "
+                "`prepare_threshold=0`, `dict_row`).")
+    return (
+        "Every saver is opened as the README tells users to: ours by "
+        "`DeltaPostgresSaver.from_conn_string(dsn)` (`pool_size=` where a section uses a "
+        "pool), the official one by `PostgresSaver.from_conn_string(dsn)` (one connection; "
+        "for a pool, which it does not open, a `ConnectionPool` with `prepare_threshold=0`, "
+        "`dict_row`); sizes, copies of threads and `ANALYZE` use a connection of their own. "
+        "A *new saver* is opened for each timed call on a new connection (opening it is "
+        "not timed). Each section's JSON says how (`opened`)."
+    )
+
+
 def markdown(res: dict[str, Any], img_rel: str, images: list[Path]) -> str:
     L: list[str] = []
     mach = res["machine"]
@@ -333,8 +349,7 @@ def markdown(res: dict[str, Any], img_rel: str, images: list[Path]) -> str:
         "(`DeltaPostgresSaver`, `DeltaChannel` fields), **official** (`PostgresSaver` 3.2, the "
         "same `DeltaChannel` fields), **ours, full-snapshot fields** (`add_messages` and a "
         "dict-merge reducer: the O(N^2) baseline) and **InMemorySaver** (latency reference). "
-        "Connections as each saver's `from_conn_string` opens them (official: "
-        "`prepare_threshold=0`, `dict_row`).",
+        + _method_savers(res),
         "- Workloads are real compiled graphs from `langgraph_delta_postgres.bench.workloads` "
         "(deterministic, no model). The threads grow in lockstep to each turn count; at each "
         "point: storage, per-invoke latency of the segment, resume latency.",
@@ -468,6 +483,9 @@ def markdown(res: dict[str, Any], img_rel: str, images: list[Path]) -> str:
     L += load_markdown(res, img_rel)
     if res.get("explain"):
         L += ["## EXPLAIN (ANALYZE, BUFFERS) of our statement on the headline targets", ""]
+        if "opened" in res.get("micro", {}):
+            L += ["On a connection `DeltaPostgresSaver.from_conn_string` opened (its planner "
+                  "settings, see the README's Connection requirements).", ""]
         for k, text in res["explain"].items():
             L += [f"Headline {k}:", "", "```", text, "```", ""]
     return "\n".join(L) + "\n"

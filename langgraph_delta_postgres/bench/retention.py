@@ -15,6 +15,9 @@ threads a second it prunes.
   saver alternate chunk by chunk on the full-snapshot threads, and the ratio is the
   median of the per-chunk ratios (the machine is shared: a noisy neighbour slows both
   sides of a pair alike).
+
+Both savers are opened by their ``from_conn_string`` (one connection each); sizes, row
+counts, the copies of threads and ``ANALYZE`` run on a connection of the section's own.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from psycopg import sql
 from langgraph_delta_postgres import DeltaPostgresSaver, PruneStats
 from langgraph_delta_postgres.bench.workloads import build_graph, run_turns
 
-from .common import TABLES, connect_official, connect_ours, thread_payload_bytes
+from .common import ONE_CONNECTION, TABLES, thread_payload_bytes
 
 #: scale name -> (turns of the storage thread, threads of the throughput run)
 SIZES = {"full": (200, 10_000), "quick": (30, 500), "tiny": (16, 40)}
@@ -39,6 +42,10 @@ CHUNK = {"full": 500, "quick": 100, "tiny": 10}
 #: snapshot_frequency of the storage thread besides the library's default (100); the
 #: files field is updated once a turn, so it snapshots every K turns
 FREQ = {"full": 50, "quick": 10, "tiny": 5}
+#: how the section opens its savers (the "opened" field of its results); the sizes,
+#: copies and ANALYZE run on a connection of the section's own
+OPENED = {"ours": f"DeltaPostgresSaver.{ONE_CONNECTION}",
+          "official": f"PostgresSaver.{ONE_CONNECTION}"}
 
 _COPY = {
     "checkpoints": (
@@ -102,10 +109,12 @@ def run_retention(dsn: str, scale: str, log: Callable[[str], None]) -> dict[str,
 
     turns, n_threads = SIZES[scale]
     chunk = CHUNK[scale]
-    res: dict[str, Any] = {"turns": turns, "threads": n_threads, "chunk": chunk}
-    with connect_ours(dsn) as a, connect_official(dsn) as b:
-        ours, official = DeltaPostgresSaver(a), PostgresSaver(b)
-        meter = a
+    res: dict[str, Any] = {"turns": turns, "threads": n_threads, "chunk": chunk,
+                           "opened": dict(OPENED)}
+    log("retention: savers " + "; ".join(f"{k} {v}" for k, v in OPENED.items()))
+    with DeltaPostgresSaver.from_conn_string(dsn) as ours, \
+            PostgresSaver.from_conn_string(dsn) as official, \
+            psycopg.connect(dsn, autocommit=True) as meter:
 
         # ------------------------------------------------------------ storage
         log(f"retention: storage of a {turns}-turn coding_a thread before/after prune")
@@ -178,10 +187,10 @@ def run_retention(dsn: str, scale: str, log: Callable[[str], None]) -> dict[str,
         g_full = build_graph("messages", ours, delta=False)
         run_turns(g_delta, "messages", "ret-tpl-delta", 8)
         run_turns(g_full, "messages", "ret-tpl-full", 8)
-        delta_ids = _clone(a, "ret-tpl-delta", "ret-d-", n_threads)
-        full_ids = _clone(a, "ret-tpl-full", "ret-f-", 2 * n_threads)
-        a.execute("ANALYZE")
-        bytes_before = _prefix_bytes(a, "ret-d-")
+        delta_ids = _clone(meter, "ret-tpl-delta", "ret-d-", n_threads)
+        full_ids = _clone(meter, "ret-tpl-full", "ret-f-", 2 * n_threads)
+        meter.execute("ANALYZE")
+        bytes_before = _prefix_bytes(meter, "ret-d-")
         freed = PruneStats()
         t0 = time.perf_counter()
         for i in range(0, len(delta_ids), chunk):
@@ -189,18 +198,18 @@ def run_retention(dsn: str, scale: str, log: Callable[[str], None]) -> dict[str,
         delta_s = time.perf_counter() - t0
         res["delta_threads_per_s"] = n_threads / delta_s
         res["delta_freed"] = _stats(freed)
-        res["delta_bytes"] = {"before": bytes_before, "after": _prefix_bytes(a, "ret-d-")}
+        res["delta_bytes"] = {"before": bytes_before, "after": _prefix_bytes(meter, "ret-d-")}
         # the same threads again, pruned with the graph (compaction)
-        compact_ids = _clone(a, "ret-tpl-delta", "ret-c-", n_threads)
-        a.execute("ANALYZE")
-        bytes_before = _prefix_bytes(a, "ret-c-")
+        compact_ids = _clone(meter, "ret-tpl-delta", "ret-c-", n_threads)
+        meter.execute("ANALYZE")
+        bytes_before = _prefix_bytes(meter, "ret-c-")
         freed_c = PruneStats()
         t0 = time.perf_counter()
         for i in range(0, len(compact_ids), chunk):
             freed_c += ours.prune(compact_ids[i : i + chunk], graph=g_delta)
         res["compacted_threads_per_s"] = n_threads / (time.perf_counter() - t0)
         res["compacted_freed"] = _stats(freed_c)
-        res["compacted_bytes"] = {"before": bytes_before, "after": _prefix_bytes(a, "ret-c-")}
+        res["compacted_bytes"] = {"before": bytes_before, "after": _prefix_bytes(meter, "ret-c-")}
         log(
             f"  ours with the graph (compaction): {res['compacted_threads_per_s']:,.0f} "
             f"threads/s, payload {res['compacted_bytes']['before'] / 1e6:.1f} -> "
