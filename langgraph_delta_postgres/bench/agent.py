@@ -16,10 +16,15 @@ turn ``i + 1`` (the order rotates each turn), each turn timed as ``invoke``. The
 interleaved rounds (:class:`.common.Interleaved`), through the graph:
 
 * ``get_state`` of the thread's head: ours on the saver that ran the session (warm), ours
-  on a new saver (its first call), ours with ``cache_bytes=0``, the official saver, and
-  ``InMemorySaver``;
+  on a new saver (its first call, on a connection of its own opened for the round, as a
+  new process has), ours with ``cache_bytes=0``, the official saver that ran the session
+  and a new one (opened for the round as ours), and ``InMemorySaver``; a new saver of
+  ours is compared with a new official one, the others with the one that ran the session;
 * a history page, ``get_state_history(limit=10)``;
 * a whole history pass, every entry of ``get_state_history``.
+
+Every Postgres saver is opened by its ``from_conn_string`` (one connection each; the new
+savers' opening is not timed, and is reported apart as ``open_ms``).
 
 The session also runs, turn by turn in the same rotation, through ``ainvoke`` on
 ``AsyncDeltaPostgresSaver`` and the official ``AsyncPostgresSaver`` (each opened by its
@@ -44,7 +49,14 @@ from langchain_core.runnables import RunnableConfig
 
 from .. import DeltaPostgresSaver
 from ..migrate import migrate
-from .common import Interleaved, connect_official, connect_ours, ratio_summary, summary
+from .common import (
+    NEW_CONNECTION,
+    ONE_CONNECTION,
+    Interleaved,
+    NewSavers,
+    ratio_summary,
+    summary,
+)
 
 PAGE = 10
 
@@ -66,7 +78,21 @@ SCALES = {
 SAVERS_RUN = ("ours", "official", "inmemory")
 #: the same session through ``ainvoke`` on the async savers (turn latency only)
 ASYNC_RUN = ("ours_async", "official_async")
-SAVERS_READ = ("ours_warm", "ours", "ours_nocache", "official", "inmemory")
+SAVERS_READ = ("ours_warm", "ours", "ours_nocache", "official", "official_new", "inmemory")
+#: how the section opens its savers (the "opened" field of its results)
+OPENED = {
+    "ours_warm": f"DeltaPostgresSaver.{ONE_CONNECTION}, the saver that ran the session",
+    "ours": f"DeltaPostgresSaver.{NEW_CONNECTION}",
+    "ours_nocache": f"DeltaPostgresSaver.{ONE_CONNECTION}, cache_bytes=0, kept across rounds",
+    "official": f"PostgresSaver.{ONE_CONNECTION}, the saver that ran the session",
+    "official_new": f"PostgresSaver.{NEW_CONNECTION}",
+    "ours_async": f"AsyncDeltaPostgresSaver.{ONE_CONNECTION}",
+    "official_async": f"AsyncPostgresSaver.{ONE_CONNECTION}",
+}
+#: the official reader each of ours is compared with in ``official_over``: a new saver
+#: with a new one, a kept one with the one that ran the session
+PAIRS = {"ours_warm": "official", "ours": "official_new", "ours_nocache": "official",
+         "official_new": "official", "inmemory": "official"}
 
 
 def available() -> bool:
@@ -146,17 +172,22 @@ def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str
     sc = SCALES[scale_name]
     with psycopg.connect(dsn, autocommit=True) as admin:
         migrate(admin)
-    ours_conn, off_conn = connect_ours(dsn), connect_official(dsn)
     out: dict[str, Any] = {
         "turns": sc.turns, "max_input_tokens": sc.max_input_tokens, "rounds": sc.rounds,
-        "history_rounds": sc.history_rounds,
+        "history_rounds": sc.history_rounds, "opened": dict(OPENED), "pairs": dict(PAIRS),
     }
+    log("  agent: savers " + "; ".join(f"{k} {v}" for k, v in OPENED.items()))
     loop = asyncio.new_event_loop()
     astack = contextlib.AsyncExitStack()
+    stack = contextlib.ExitStack()
+    new = NewSavers()
+    stack.callback(new.close)
     try:
-        warm = DeltaPostgresSaver(ours_conn)
+        warm = stack.enter_context(DeltaPostgresSaver.from_conn_string(dsn))
+        nocache = stack.enter_context(DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0))
         run_savers: dict[str, Any] = {
-            "ours": warm, "official": PostgresSaver(off_conn), "inmemory": InMemorySaver(),
+            "ours": warm, "official": stack.enter_context(PostgresSaver.from_conn_string(dsn)),
+            "inmemory": InMemorySaver(),
         }
         async_savers = {
             "ours_async": loop.run_until_complete(
@@ -239,21 +270,31 @@ def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str
         out["states_equal"] = all(v == norm["inmemory"] for v in norm.values())
         del finals, norm, head
 
+        nocache_graph = graphs["ours"].copy({"checkpointer": nocache})
+
         def reader(name: str) -> Callable[[], Any]:
-            """Untimed: the graph whose saver the timed call reads through."""
+            """Untimed: the graph whose saver the timed call reads through (the new
+            savers: opened for the call, closed after it by ``new.close``)."""
             if name == "ours_warm":
                 return lambda: graphs["ours"]
             if name == "ours":
-                return lambda: graphs["ours"].copy({"checkpointer": DeltaPostgresSaver(ours_conn)})
-            if name == "ours_nocache":
                 return lambda: graphs["ours"].copy(
-                    {"checkpointer": DeltaPostgresSaver(ours_conn, cache_bytes=0)})
+                    {"checkpointer": new.open(name, DeltaPostgresSaver.from_conn_string(dsn))})
+            if name == "ours_nocache":
+                return lambda: nocache_graph
             if name == "official":
-                return lambda: graphs["official"].copy({"checkpointer": PostgresSaver(off_conn)})
+                return lambda: graphs["official"]
+            if name == "official_new":
+                return lambda: graphs["official"].copy(
+                    {"checkpointer": new.open(name, PostgresSaver.from_conn_string(dsn))})
             return lambda: graphs["inmemory"]
 
+        def finish(_graph: Any) -> None:
+            new.close()
+
         def thread_of(name: str) -> str:
-            return threads["ours" if name.startswith("ours") else name]
+            return threads["ours" if name.startswith("ours") else
+                           "official" if name.startswith("official") else name]
 
         # the whole histories agree before anything is timed (ours without the cache at
         # the smaller scales: at 150 turns a whole pass takes minutes per saver)
@@ -263,6 +304,7 @@ def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str
             n: [normalized(s.values) for s in reader(n)().get_state_history(_cfg(thread_of(n)))]
             for n in checked
         }
+        new.close()
         out["histories_equal"] = all(hist[n] == hist["ours_warm"] for n in checked)
         out["history_entries"] = len(hist["ours_warm"])
         del hist
@@ -282,9 +324,10 @@ def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str
         }
         for what, (op, rounds, warmup) in ops.items():
             iv = Interleaved()
+            new.open_s.clear()
             iv.run(
                 {
-                    n: (reader(n), lambda g, n=n, op=op: op(g, thread_of(n)))
+                    n: (reader(n), lambda g, n=n, op=op: op(g, thread_of(n)), finish)
                     for n in SAVERS_READ
                 },
                 rounds,
@@ -292,19 +335,24 @@ def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str
             )
             out[what] = {
                 "stats": {n: iv.stats(n) for n in SAVERS_READ},
-                "official_over": {n: iv.ratio("official", n) for n in SAVERS_READ
+                # a new saver of ours against a new official one (each on a connection of
+                # its own, opened for the round), a kept one against the kept official one
+                "official_over": {n: iv.ratio(PAIRS[n], n) for n in SAVERS_READ
                                   if n != "official"},
                 "ours_warm_over_inmemory": iv.ratio("ours_warm", "inmemory"),
+                "open_ms": new.open_ms(),
             }
             r = out[what]
             over = r["official_over"]
             log(
                 f"  agent {what}: official/ours warm {over['ours_warm']['median']:.2f}x, "
-                f"new saver {r['official_over']['ours']['median']:.2f}x, "
-                f"cache_bytes=0 {r['official_over']['ours_nocache']['median']:.2f}x, "
+                f"new saver (official new/ours new) {over['ours']['median']:.2f}x, "
+                f"cache_bytes=0 {over['ours_nocache']['median']:.2f}x, "
                 f"ours warm/InMemorySaver {r['ours_warm_over_inmemory']['median']:.2f}x "
                 f"(ours warm {r['stats']['ours_warm']['median_ms']:.1f} ms, "
-                f"official {r['stats']['official']['median_ms']:.1f} ms)"
+                f"official {r['stats']['official']['median_ms']:.1f} ms, ours new "
+                f"{r['stats']['ours']['median_ms']:.1f} ms, official new "
+                f"{r['stats']['official_new']['median_ms']:.1f} ms)"
             )
         tl = out["turn_latency"]
         log(
@@ -320,8 +368,7 @@ def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str
     finally:
         loop.run_until_complete(astack.aclose())
         loop.close()
-        ours_conn.close()
-        off_conn.close()
+        stack.close()
     if not out["states_equal"] or not out["histories_equal"]:
         raise AssertionError(
             "agent workload: the savers' states differ "

@@ -69,8 +69,18 @@ def test_quick_path_json_and_report(pg_server: PgServer, tmp_path: Path) -> None
     for e in loads["threads"].values():
         assert e["states_equal"]
         for what in ("resume_loop", "resume_loop_graph", "history_page"):
-            assert set(e[what]["stats"]) == {"ours", "ours_warm", "ours_nocache", "official"}
+            assert set(e[what]["stats"]) == {"ours", "ours_warm", "ours_nocache", "official",
+                                             "official_new"}
             assert e[what]["official_over_ours"]["median"] > 0
+            # the new savers, ours and the official one, each opened a connection per call
+            opened = e[what]["open_ms"]
+            assert set(opened) == {"ours", "official_new"}
+            assert all(o["n"] >= e[what]["stats"]["ours"]["n"] for o in opened.values())
+    # every section says how its savers were opened: by their from_conn_string
+    assert "from_conn_string" in loads["opened"]["ours"]
+    assert loads["pairs"]["ours"] == "official_new"
+    for part in (*res["workloads"].values(), res["micro"], res["retention"], res["listput"]):
+        assert all("from_conn_string" in v for v in part["opened"].values()), part["opened"]
     assert loads["handout"]["values"] > 0
     md = (tmp_path / "report" / "benchmarks.md").read_text()
     assert "Loads: resume loop and history page" in md
@@ -311,9 +321,14 @@ def test_only_agent(pg_server: PgServer, tmp_path: Path) -> None:
         assert a["turn_latency"]["stats"][k]["n"] == 6
     for what in ("get_state", "history_page", "history_all"):
         assert set(a[what]["stats"]) == {"ours_warm", "ours", "ours_nocache", "official",
-                                         "inmemory"}
+                                         "official_new", "inmemory"}
         assert all(s["n"] > 0 for s in a[what]["stats"].values())
         assert a[what]["official_over"]["ours_warm"]["n"] > 0
+        # a new saver is compared with a new one, each on a connection opened for the call
+        assert a[what]["official_over"]["ours"]["n"] > 0
+        assert set(a[what]["open_ms"]) == {"ours", "official_new"}
+    assert a["pairs"]["ours"] == "official_new" and a["pairs"]["ours_warm"] == "official"
+    assert all("from_conn_string" in v for v in a["opened"].values())
     report = (tmp_path / "report" / "agent.md").read_text()
     assert res["command"] in report and "A real agent" in report
 
