@@ -16,10 +16,16 @@ Two modes, each at every concurrency of the scale (1, 4, 16, 64 sessions):
 * ``threads``: one thread per session, ``invoke`` / ``get_state`` on a ``ConnectionPool``,
   ``DeltaPostgresSaver`` against the official ``PostgresSaver``.
 
-Pools hold ``min(N, POOL_CAP)`` connections (opened before the clock starts); ours and the
-official saver each run in their own scratch database on the same server, on rows they
-wrote themselves, one after the other, the order alternating level by level and
-repetition by repetition so a noisy neighbour hits both; ratios are taken pair by pair.
+Pools hold ``min(N, POOL_CAP)`` connections, split among the client processes, all opened
+and warmed before the clock starts. Each saver's pool is the one its users get: ours
+opened by ``from_conn_string(dsn, pool_size=n)`` (the pool that checks a connection idle
+a while before lending it), the official saver, whose ``from_conn_string`` opens one
+connection, on a ``ConnectionPool`` / ``AsyncConnectionPool`` with the connection
+settings its documentation gives (``autocommit``, ``prepare_threshold=0``, ``dict_row``).
+Ours and the official saver each run in their own scratch database on the same server,
+on rows they wrote themselves, one after the other, the order alternating level by level
+and repetition by repetition so a noisy neighbour hits both; ratios are taken pair by
+pair.
 
 What the database paid, per turn (a history page counts in the turn that asked for it):
 
@@ -43,7 +49,7 @@ import statistics
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,8 +57,15 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from langgraph_delta_postgres._connect import DEFAULT_PREPARE_THRESHOLD, connect_kwargs
 from langgraph_delta_postgres.bench.workloads import build_graph, run_turns, user_input
+
+from .common import (
+    OFFICIAL_POOL_KWARGS,
+    ONE_CONNECTION,
+    official_pool_kwargs,
+    official_pooled,
+    pooled,
+)
 
 HISTORY_EVERY = 10
 PAGE = 10
@@ -277,30 +290,60 @@ def clone_threads(conn: psycopg.Connection[Any], template: str, ids: list[str]) 
 # ---------------------------------------------------------------- savers and pools
 
 
-def _pool_kwargs(saver: str, dsn: str) -> dict[str, Any]:
-    if saver == "ours":  # as DeltaPostgresSaver.from_conn_string opens its connections
-        return connect_kwargs(dsn, DEFAULT_PREPARE_THRESHOLD)
-    return {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+def opened(saver: str, mode: str, size: int | None) -> str:
+    """How :func:`_open_sync` / :func:`_open_async` open ``saver`` (the "opened" field)."""
+    if saver == "ours":
+        cls = "AsyncDeltaPostgresSaver" if mode == "asyncio" else "DeltaPostgresSaver"
+        return f"{cls}." + (ONE_CONNECTION if size is None else pooled(size))
+    cls = "AsyncPostgresSaver" if mode == "asyncio" else "PostgresSaver"
+    if size is None:
+        return f"{cls}.{ONE_CONNECTION}"
+    return f"{cls} on " + official_pooled(size).replace(
+        "ConnectionPool", "AsyncConnectionPool" if mode == "asyncio" else "ConnectionPool")
 
 
-def _sync_saver(saver: str, conn: Any) -> Any:
+@contextlib.contextmanager
+def _open_sync(saver: str, dsn: str, size: int | None) -> Iterator[Any]:
+    """The saver as its users open it: ours by ``from_conn_string`` (with
+    ``pool_size=size`` for a pool), the official one by its ``from_conn_string`` (one
+    connection) or, for a pool, which its ``from_conn_string`` does not open, on a
+    ``ConnectionPool`` of ``size`` with the connection settings its documentation gives."""
     if saver == "ours":
         from langgraph_delta_postgres import DeltaPostgresSaver
 
-        return DeltaPostgresSaver(conn)
+        with DeltaPostgresSaver.from_conn_string(dsn, pool_size=size) as s:
+            yield s
+        return
     from langgraph.checkpoint.postgres import PostgresSaver
 
-    return PostgresSaver(conn)
+    if size is None:
+        with PostgresSaver.from_conn_string(dsn) as off:
+            yield off
+        return
+    from psycopg_pool import ConnectionPool
+
+    with ConnectionPool(dsn, min_size=size, max_size=size, kwargs=official_pool_kwargs(),
+                        open=True) as pool:
+        pool.wait(timeout=60)
+        yield PostgresSaver(pool)  # type: ignore[arg-type]
 
 
-def _async_saver(saver: str, pool: Any) -> Any:
+@contextlib.asynccontextmanager
+async def _open_async(saver: str, dsn: str, size: int) -> AsyncIterator[Any]:
+    """:func:`_open_sync` for the async savers (always on a pool)."""
     if saver == "ours":
         from langgraph_delta_postgres.aio import AsyncDeltaPostgresSaver
 
-        return AsyncDeltaPostgresSaver(pool)
+        async with AsyncDeltaPostgresSaver.from_conn_string(dsn, pool_size=size) as s:
+            yield s
+        return
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+    from psycopg_pool import AsyncConnectionPool
 
-    return AsyncPostgresSaver(pool)
+    async with AsyncConnectionPool(dsn, min_size=size, max_size=size,
+                                   kwargs=official_pool_kwargs(), open=False) as pool:
+        await pool.wait(timeout=60)
+        yield AsyncPostgresSaver(pool)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -383,26 +426,51 @@ async def _first_turns_async(g: Any, spec: RunSpec, sessions: list[int]) -> None
     await asyncio.gather(*(one(i) for i in sessions))
 
 
-def _warm_sync(conn: Any, spec: RunSpec, i: int) -> None:
-    """A long-lived pool's state: ``conn`` has run every statement of a session more
-    often than the prepare threshold (ours prepares a statement on its 5th use; until
-    then each use plans it afresh), on a warm-up thread of its own."""
-    g = build_graph(spec.workload, _sync_saver(spec.saver, conn))
-    cfg = _cfg(f"{spec.prefix}-warm-{i:03}")
-    for k in range(WARM_TURNS):
-        g.invoke(user_input(spec.workload, spec.prior + k), cfg)
-        g.get_state(cfg)
-        list(g.get_state_history(cfg, limit=PAGE))
+def _warm_sync(saver: Any, spec: RunSpec, size: int, warm0: int) -> list[int]:
+    """A long-lived pool's state: the saver's pool holds ``size`` connections (ours' pool
+    opens them as they are asked for), and each has run every statement of a session
+    more often than the prepare threshold (ours prepares a statement on its 5th use; until
+    then each use plans it afresh). Each connection in turn is the only one the pool can
+    lend (the others checked out here) while WARM_TURNS turns run through the saver on a
+    warm-up thread of its own (``warm0 + j``). The connections' backend pids."""
+    pool = saver.conn
+    held = [pool.getconn() for _ in range(size)]
+    pids = [c.info.backend_pid for c in held]
+    g = build_graph(spec.workload, saver)
+    try:
+        for j in range(size):
+            pool.putconn(held.pop(j))
+            cfg = _cfg(f"{spec.prefix}-warm-{warm0 + j:03}")
+            for k in range(WARM_TURNS):
+                g.invoke(user_input(spec.workload, spec.prior + k), cfg)
+                g.get_state(cfg)
+                list(g.get_state_history(cfg, limit=PAGE))
+            held.insert(j, pool.getconn())
+    finally:
+        for c in held:
+            pool.putconn(c)
+    return pids
 
 
-async def _warm_async(conn: Any, spec: RunSpec, i: int) -> None:
-    """:func:`_warm_sync` on an async connection."""
-    g = build_graph(spec.workload, _async_saver(spec.saver, conn))
-    cfg = _cfg(f"{spec.prefix}-warm-{i:03}")
-    for k in range(WARM_TURNS):
-        await g.ainvoke(user_input(spec.workload, spec.prior + k), cfg)
-        await g.aget_state(cfg)
-        [s async for s in g.aget_state_history(cfg, limit=PAGE)]
+async def _warm_async(saver: Any, spec: RunSpec, size: int, warm0: int) -> list[int]:
+    """:func:`_warm_sync` for an async saver."""
+    pool = saver.conn
+    held = [await pool.getconn() for _ in range(size)]
+    pids = [c.info.backend_pid for c in held]
+    g = build_graph(spec.workload, saver)
+    try:
+        for j in range(size):
+            await pool.putconn(held.pop(j))
+            cfg = _cfg(f"{spec.prefix}-warm-{warm0 + j:03}")
+            for k in range(WARM_TURNS):
+                await g.ainvoke(user_input(spec.workload, spec.prior + k), cfg)
+                await g.aget_state(cfg)
+                [s async for s in g.aget_state_history(cfg, limit=PAGE)]
+            held.insert(j, await pool.getconn())
+    finally:
+        for c in held:
+            await pool.putconn(c)
+    return pids
 
 
 def _measured(
@@ -448,18 +516,10 @@ def _pcts(xs: list[float]) -> dict[str, float]:
 def run_threads(server: Server, spec: RunSpec) -> dict[str, Any]:
     from concurrent.futures import ThreadPoolExecutor
 
-    from psycopg_pool import ConnectionPool
-
     size = min(spec.sessions, POOL_CAP)
-    with ConnectionPool(spec.dsn, min_size=size, max_size=size,
-                        kwargs=_pool_kwargs(spec.saver, spec.dsn), open=True) as pool:
-        pool.wait(timeout=60)
-        with contextlib.ExitStack() as held:
-            conns = [held.enter_context(pool.connection()) for _ in range(size)]
-            pids = [c.info.backend_pid for c in conns]
-            for i, c in enumerate(conns):
-                _warm_sync(c, spec, i)
-        g = build_graph(spec.workload, _sync_saver(spec.saver, pool))
+    with _open_sync(spec.saver, spec.dsn, size) as saver:
+        pids = _warm_sync(saver, spec, size, 0)
+        g = build_graph(spec.workload, saver)
         _first_turns_sync(g, spec, list(range(spec.sessions)))
 
         def go() -> Timings:
@@ -474,25 +534,17 @@ def run_threads(server: Server, spec: RunSpec) -> dict[str, Any]:
 
         res = _measured(server, spec, pids, go)
     res["pool_size"] = size
+    res["opened"] = opened(spec.saver, spec.mode, size)
     return res
 
 
 def run_asyncio(server: Server, spec: RunSpec) -> dict[str, Any]:
-    from psycopg_pool import AsyncConnectionPool
-
     size = min(spec.sessions, POOL_CAP)
 
     async def main() -> dict[str, Any]:
-        async with AsyncConnectionPool(spec.dsn, min_size=size, max_size=size,
-                                       kwargs=_pool_kwargs(spec.saver, spec.dsn),
-                                       open=False) as pool:
-            await pool.wait(timeout=60)
-            async with contextlib.AsyncExitStack() as held:
-                conns = [await held.enter_async_context(pool.connection()) for _ in range(size)]
-                pids = [c.info.backend_pid for c in conns]
-                for i, c in enumerate(conns):
-                    await _warm_async(c, spec, i)
-            g = build_graph(spec.workload, _async_saver(spec.saver, pool))
+        async with _open_async(spec.saver, spec.dsn, size) as saver:
+            pids = await _warm_async(saver, spec, size, 0)
+            g = build_graph(spec.workload, saver)
             await _first_turns_async(g, spec, list(range(spec.sessions)))
             box: dict[str, Any] = {}
 
@@ -513,6 +565,7 @@ def run_asyncio(server: Server, spec: RunSpec) -> dict[str, Any]:
 
             box["res"] = await loop.run_in_executor(None, _measured, server, spec, pids, go)
             box["res"]["pool_size"] = size
+            box["res"]["opened"] = opened(spec.saver, spec.mode, size)
             return box["res"]  # type: ignore[no-any-return]
 
     return asyncio.run(main())
@@ -557,6 +610,8 @@ def run_procs(server: Server, spec: RunSpec, procs: int) -> dict[str, Any]:
                 proc.terminate()
     res["pool_size"] = size
     res["client_procs"] = procs
+    # each client process opens its saver on its share of the pool
+    res["opened"] = [opened(spec.saver, spec.mode, n) for n in sizes]
     return res
 
 
@@ -587,17 +642,9 @@ def _client_threads(spec: RunSpec, sessions: list[int], size: int, warm0: int,
                     pipe: Any) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from psycopg_pool import ConnectionPool
-
-    with ConnectionPool(spec.dsn, min_size=size, max_size=size,
-                        kwargs=_pool_kwargs(spec.saver, spec.dsn), open=True) as pool:
-        pool.wait(timeout=60)
-        with contextlib.ExitStack() as held:
-            conns = [held.enter_context(pool.connection()) for _ in range(size)]
-            pids = [c.info.backend_pid for c in conns]
-            for j, c in enumerate(conns):
-                _warm_sync(c, spec, warm0 + j)
-        g = build_graph(spec.workload, _sync_saver(spec.saver, pool))
+    with _open_sync(spec.saver, spec.dsn, size) as saver:
+        pids = _warm_sync(saver, spec, size, warm0)
+        g = build_graph(spec.workload, saver)
         _first_turns_sync(g, spec, sessions)
         pipe.send(pids)
         pipe.recv()
@@ -614,19 +661,10 @@ def _client_threads(spec: RunSpec, sessions: list[int], size: int, warm0: int,
 
 async def _client_async(spec: RunSpec, sessions: list[int], size: int, warm0: int,
                         pipe: Any) -> None:
-    from psycopg_pool import AsyncConnectionPool
-
     loop = asyncio.get_running_loop()
-    async with AsyncConnectionPool(spec.dsn, min_size=size, max_size=size,
-                                   kwargs=_pool_kwargs(spec.saver, spec.dsn),
-                                   open=False) as pool:
-        await pool.wait(timeout=60)
-        async with contextlib.AsyncExitStack() as held:
-            conns = [await held.enter_async_context(pool.connection()) for _ in range(size)]
-            pids = [c.info.backend_pid for c in conns]
-            for j, c in enumerate(conns):
-                await _warm_async(c, spec, warm0 + j)
-        g = build_graph(spec.workload, _async_saver(spec.saver, pool))
+    async with _open_async(spec.saver, spec.dsn, size) as saver:
+        pids = await _warm_async(saver, spec, size, warm0)
+        g = build_graph(spec.workload, saver)
         await _first_turns_async(g, spec, sessions)
         pipe.send(pids)
         await loop.run_in_executor(None, pipe.recv)
@@ -653,8 +691,7 @@ def _setup(saver: str, dsn: str, server: Server, ls: LoadScale) -> SaverDb:
     """The saver's tables in its own database and its template threads (``prior`` turns,
     written by that saver through the workload's graph, and one per ``stagger`` offset: a
     copy of the previous one with the turns in between added)."""
-    with psycopg.connect(dsn, **_pool_kwargs(saver, dsn)) as conn:
-        s = _sync_saver(saver, conn)
+    with _open_sync(saver, dsn, None) as s:
         s.setup()
         g = build_graph(ls.workload, s)
         run_turns(g, ls.workload, "template", ls.prior)
@@ -690,11 +727,8 @@ def _bytes_per_turn(db: SaverDb, ls: LoadScale, mode: str) -> dict[str, Any]:
         pdsn = proxy.dsn(db.dsn)
         pages = 0
         if mode == "threads":
-            from psycopg_pool import ConnectionPool
-
-            with ConnectionPool(pdsn, min_size=1, max_size=1,
-                                kwargs=_pool_kwargs(db.saver, pdsn)) as pool:
-                g = build_graph(ls.workload, _sync_saver(db.saver, pool))
+            with _open_sync(db.saver, pdsn, 1) as saver:
+                g = build_graph(ls.workload, saver)
                 for k in range(WARM_TURNS + turns):
                     if k == WARM_TURNS:  # counted once the statements are prepared
                         before = proxy.counts()
@@ -704,15 +738,12 @@ def _bytes_per_turn(db: SaverDb, ls: LoadScale, mode: str) -> dict[str, Any]:
                         pages += k >= WARM_TURNS
                         list(g.get_state_history(_cfg(tid), limit=PAGE))
         else:
-            from psycopg_pool import AsyncConnectionPool
-
             box: dict[str, Any] = {}
 
             async def main() -> int:
                 n = 0
-                async with AsyncConnectionPool(pdsn, min_size=1, max_size=1, open=False,
-                                               kwargs=_pool_kwargs(db.saver, pdsn)) as pool:
-                    g = build_graph(ls.workload, _async_saver(db.saver, pool))
+                async with _open_async(db.saver, pdsn, 1) as saver:
+                    g = build_graph(ls.workload, saver)
                     for k in range(WARM_TURNS + turns):
                         if k == WARM_TURNS:
                             box["before"] = proxy.counts()
@@ -737,8 +768,8 @@ def _bytes_per_turn(db: SaverDb, ls: LoadScale, mode: str) -> dict[str, Any]:
 def _final_states_equal(dbs: dict[str, SaverDb], ls: LoadScale, threads: list[str]) -> bool:
     states = {}
     for name, db in dbs.items():
-        with psycopg.connect(db.dsn, **_pool_kwargs(name, db.dsn)) as conn:
-            g = build_graph(ls.workload, _sync_saver(name, conn))
+        with _open_sync(name, db.dsn, None) as saver:
+            g = build_graph(ls.workload, saver)
             states[name] = [g.get_state(_cfg(t)).values for t in threads]
     return bool(states["ours"] == states["official"])
 
@@ -763,6 +794,16 @@ def run_load(admin_dsn: str, scale_name: str, log: Callable[[str], None]) -> dic
         "pool_cap": POOL_CAP, "max_connections": server.max_connections,
         "session_warm_turns": SESSION_WARM_TURNS,
         "client_procs": ls.client_procs,
+        "opened": {
+            "ours": f"DeltaPostgresSaver (threads) / AsyncDeltaPostgresSaver (asyncio) "
+                    f".from_conn_string(pool_size=n), n: min(N, {POOL_CAP}) split among the "
+                    "client processes",
+            "official": "PostgresSaver / AsyncPostgresSaver on a ConnectionPool / "
+                        "AsyncConnectionPool(min_size=n, max_size=n, kwargs: "
+                        f"{OFFICIAL_POOL_KWARGS}) (its from_conn_string opens one "
+                        "connection), n as ours",
+            "setup_and_final_states": ONE_CONNECTION + " (each saver's own)",
+        },
         "measures": {
             "db_time": "pg_stat_statements total_exec_time" if server.pgss else None,
             "backend_cpu": "utime+stime of the pool's backends (/proc)" if server.proc else None,
@@ -775,6 +816,7 @@ def run_load(admin_dsn: str, scale_name: str, log: Callable[[str], None]) -> dic
         f"from /proc: {'yes' if server.proc else 'no'}; max_connections "
         f"{server.max_connections}, pools of min(N, {POOL_CAP})"
     )
+    log("load: savers " + "; ".join(f"{k} {v}" for k, v in out["opened"].items()))
     try:
         with scratch_database(admin_dsn, f"{tag}o") as (ours_dsn, ours_where), scratch_database(
             admin_dsn, f"{tag}f"

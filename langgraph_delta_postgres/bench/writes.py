@@ -12,9 +12,10 @@ writes``): ours against the official saver, both opened as their users open them
   (threads / asyncio tasks), for ``SECONDS`` seconds per round, the two savers' rounds
   alternating: completed runs per second; the ratio ours/official pair by pair (above 1:
   ours served more). Savers on a pool of ``RUNS`` connections: ours
-  ``from_conn_string(dsn, pool_size=RUNS)``, the official saver on a ``ConnectionPool``
-  with the connection settings its documentation gives (autocommit, prepare_threshold=0,
-  dict_row).
+  ``from_conn_string(dsn, pool_size=RUNS)``, the official saver (whose
+  ``from_conn_string`` opens one connection) on a ``ConnectionPool`` with the connection
+  settings its documentation gives (autocommit, prepare_threshold=0, dict_row). Each
+  part's results say how its savers were opened (``opened``).
 
 * **trigger cost**: what migration 0007's triggers (``checkpoint_epochs`` kept by the
   database for every writer) add to our write path: blocks of ``TRIGGER_BLOCK`` steps
@@ -44,6 +45,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
+
+from .common import ONE_CONNECTION, official_pool_kwargs, official_pooled, pooled
 
 TASKS = 16
 NODES = 8
@@ -106,10 +109,16 @@ def fan_out_graph() -> StateGraph[Any]:
     return g
 
 
-def _official_kwargs() -> dict[str, Any]:
-    from psycopg.rows import dict_row
-
-    return {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+def _opened(pool: int | None, asynchronous: bool = False) -> dict[str, str]:
+    """How :func:`_sync_saver` / :func:`_async_saver` open the savers (the "opened" field
+    of each part's results)."""
+    ours = ("AsyncDeltaPostgresSaver" if asynchronous else "DeltaPostgresSaver") + "."
+    off = "AsyncPostgresSaver" if asynchronous else "PostgresSaver"
+    if pool is None:
+        return {"ours": ours + ONE_CONNECTION, "official": f"{off}.{ONE_CONNECTION}"}
+    pool_cls = "AsyncConnectionPool" if asynchronous else "ConnectionPool"
+    return {"ours": ours + pooled(pool),
+            "official": f"{off} on " + official_pooled(pool).replace("ConnectionPool", pool_cls)}
 
 
 @contextlib.contextmanager
@@ -126,7 +135,7 @@ def _sync_saver(name: str, dsn: str, pool: int | None) -> Iterator[Any]:
         return
     from psycopg_pool import ConnectionPool
 
-    with ConnectionPool(dsn, min_size=pool, max_size=pool, kwargs=_official_kwargs()) as p:
+    with ConnectionPool(dsn, min_size=pool, max_size=pool, kwargs=official_pool_kwargs()) as p:
         yield PostgresSaver(p)  # type: ignore[arg-type]
 
 
@@ -145,7 +154,7 @@ async def _async_saver(name: str, dsn: str, pool: int | None) -> Any:
     from psycopg_pool import AsyncConnectionPool
 
     async with AsyncConnectionPool(dsn, min_size=pool, max_size=pool, open=False,
-                                   kwargs=_official_kwargs()) as p:
+                                   kwargs=official_pool_kwargs()) as p:
         yield AsyncPostgresSaver(p)  # type: ignore[arg-type]
 
 
@@ -165,7 +174,7 @@ def _fan_out_sync(dsns: dict[str, str], pairs: int, warm: int) -> dict[str, Any]
                 graphs[s].invoke({"messages": [f"turn{k}"]}, _cfg("fan-sync"))
                 if k >= warm:
                     times[s].append(time.perf_counter() - t0)
-    return _pairs(times)
+    return _pairs(times, False)
 
 
 async def _fan_out_async(dsns: dict[str, str], pairs: int, warm: int) -> dict[str, Any]:
@@ -181,15 +190,16 @@ async def _fan_out_async(dsns: dict[str, str], pairs: int, warm: int) -> dict[st
                 await graphs[s].ainvoke({"messages": [f"turn{k}"]}, _cfg("fan-async"))
                 if k >= warm:
                     times[s].append(time.perf_counter() - t0)
-    return _pairs(times)
+    return _pairs(times, True)
 
 
-def _pairs(times: dict[str, list[float]]) -> dict[str, Any]:
+def _pairs(times: dict[str, list[float]], asynchronous: bool) -> dict[str, Any]:
     ratios = [a / b for a, b in zip(times["ours"], times["official"], strict=True)]
     return {
         "turn_ms_p50": {s: statistics.median(times[s]) * 1000 for s in SAVERS},
         "ratio": statistics.median(ratios),
         "pairs": len(ratios),
+        "opened": _opened(None, asynchronous),
     }
 
 
@@ -243,7 +253,8 @@ async def _concurrent_async(name: str, dsn: str, seconds: float, tag: str) -> fl
 
 
 def _concurrent(dsns: dict[str, str], rounds: int, seconds: float,
-                run: Callable[[str, str, float, str], float]) -> dict[str, Any]:
+                run: Callable[[str, str, float, str], float], asynchronous: bool
+                ) -> dict[str, Any]:
     per: dict[str, list[float]] = {s: [] for s in SAVERS}
     for r in range(rounds):
         for s in (SAVERS if r % 2 == 0 else SAVERS[::-1]):
@@ -253,6 +264,7 @@ def _concurrent(dsns: dict[str, str], rounds: int, seconds: float,
         "runs_per_s": {s: statistics.median(per[s]) for s in SAVERS},
         "ratio": statistics.median(ratios),
         "rounds": rounds,
+        "opened": _opened(RUNS, asynchronous),
     }
 
 
@@ -303,12 +315,19 @@ def _trigger_cost(dsn: str, pairs: int) -> dict[str, Any]:
                         "no_triggers": statistics.median(times[False]) * 1000},
         "ratio": statistics.median(ratios),
         "pairs": len(ratios),
+        # the triggers are switched on a connection of the section's own
+        "opened": {"ours": "DeltaPostgresSaver." + ONE_CONNECTION},
     }
 
 
 def run_writes(dsns: dict[str, str], scale: str, log: Callable[[str], None]) -> dict[str, Any]:
     pairs, warm, rounds, seconds, trigger_pairs = SIZES[scale]
     out: dict[str, Any] = {"tasks": TASKS, "nodes": NODES, "runs": RUNS}
+    for part, pool, asynchronous in (("fan-out", None, False), ("fan-out async", None, True),
+                                     ("concurrent", RUNS, False),
+                                     ("concurrent async", RUNS, True)):
+        log(f"writes: {part} savers: " + "; ".join(
+            f"{k} {v}" for k, v in _opened(pool, asynchronous).items()))
     out["trigger_cost"] = _trigger_cost(dsns["ours"], trigger_pairs)
     tc = out["trigger_cost"]
     log(f"writes: a put + put_writes step with the 0007 triggers / without: {tc['ratio']:.3f} "
@@ -317,11 +336,11 @@ def run_writes(dsns: dict[str, str], scale: str, log: Callable[[str], None]) -> 
     log(f"writes: fan-out turn (sync) ours/official {out['fan_out_sync']['ratio']:.2f}")
     out["fan_out_async"] = asyncio.run(_fan_out_async(dsns, pairs, warm))
     log(f"writes: fan-out turn (async) ours/official {out['fan_out_async']['ratio']:.2f}")
-    out["concurrent_sync"] = _concurrent(dsns, rounds, seconds, _concurrent_sync)
+    out["concurrent_sync"] = _concurrent(dsns, rounds, seconds, _concurrent_sync, False)
     log(f"writes: {RUNS} runs on one thread (threads) throughput ours/official "
         f"{out['concurrent_sync']['ratio']:.2f}")
     out["concurrent_async"] = _concurrent(
-        dsns, rounds, seconds, lambda *a: asyncio.run(_concurrent_async(*a)))
+        dsns, rounds, seconds, lambda *a: asyncio.run(_concurrent_async(*a)), True)
     log(f"writes: {RUNS} runs on one thread (asyncio) throughput ours/official "
         f"{out['concurrent_async']['ratio']:.2f}")
     return out
@@ -335,15 +354,14 @@ def run_alone(
     import uuid
 
     from langgraph.checkpoint.postgres import PostgresSaver
-    from psycopg.rows import dict_row
 
     from .common import scratch_database, section_database
     from .load import _loadavg
 
     with section_database(args, scale, server, command) as (res, dsn, server_dsn), \
             scratch_database(server_dsn, uuid.uuid4().hex[:10]) as (off_dsn, _):
-        with psycopg.connect(off_dsn, autocommit=True, row_factory=dict_row) as c:
-            PostgresSaver(c).setup()
+        with PostgresSaver.from_conn_string(off_dsn) as off:
+            off.setup()
         res["load_before"] = _loadavg()
         res["writes"] = run_writes({"ours": dsn, "official": off_dsn}, scale,
                                    lambda m: print(m, flush=True))

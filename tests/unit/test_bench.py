@@ -149,6 +149,11 @@ def test_only_writes(pg_server: PgServer, tmp_path: Path) -> None:
     for part in ("concurrent_sync", "concurrent_async"):
         assert w[part]["rounds"] == 1 and all(v > 0 for v in w[part]["runs_per_s"].values())
     assert w["trigger_cost"]["pairs"] == 2 and w["trigger_cost"]["ratio"] > 0
+    # the savers as users open them: ours by from_conn_string (pool_size= for the pools)
+    for part in ("fan_out_sync", "fan_out_async"):
+        assert w[part]["opened"]["ours"].endswith("from_conn_string (one connection)")
+    for part in ("concurrent_sync", "concurrent_async"):
+        assert w[part]["opened"]["ours"].endswith(f"from_conn_string(pool_size={w['runs']})")
 
 
 def test_only_load(pg_server: PgServer, tmp_path: Path) -> None:
@@ -175,6 +180,10 @@ def test_only_load(pg_server: PgServer, tmp_path: Path) -> None:
                     assert r["turns"] == int(n) * ld["turns_per_session"][n]
                     assert r["turns_per_s"] > 0 and r["turn_ms"]["n"] == r["turns"]
                     assert r["pool_size"] == int(n)
+                    # ours' pools are from_conn_string(pool_size=...), in each process
+                    if who == "ours":
+                        opened = r["opened"] if isinstance(r["opened"], list) else [r["opened"]]
+                        assert all("from_conn_string(pool_size=" in o for o in opened)
                     # the sessions ran in min(N, client_procs) client processes
                     assert r["client_procs"] == min(int(n), ld["client_procs"]) == min(int(n), 2)
                     if ld["measures"]["db_time"]:
