@@ -120,11 +120,24 @@ def _savers(mode: str, dsn: str, replica: str, n: int) -> Iterator[list[Any]]:
             if mode == "primary":
                 out.append(stack.enter_context(DeltaPostgresSaver.from_conn_string(dsn)))
             else:
-                primary = stack.enter_context(DeltaPostgresSaver.from_conn_string(dsn))
-                routing = RoutingSaver(primary, [replica], pool_size=1)
-                stack.callback(routing.close)
-                out.append(routing)
+                out.append(stack.enter_context(_routing(dsn, replica)))
         yield out
+
+
+def _routing(dsn: str, replica: str) -> contextlib.AbstractContextManager[RoutingSaver]:
+    """A routing saver as docs/replicas.md opens one, without ``pool_size``: the primary
+    on one connection (whose backend the readers' CPU is read from), the standby on a pool
+    of up to 4 that opens its connections as they are asked for."""
+    return RoutingSaver.from_conn_string(dsn, replicas=[replica])
+
+
+#: how the section opens its savers (the "opened" field of its results)
+OPENED = {
+    "primary": "DeltaPostgresSaver.from_conn_string (one connection per worker)",
+    "replica": "RoutingSaver.from_conn_string(dsn, replicas=[standby]) per worker (the "
+               "primary on one connection, the standby on a pool of up to 4)",
+    "latency_direct": "DeltaPostgresSaver.from_conn_string(standby) (one connection)",
+}
 
 
 def _round(mode: str, dsn: str, replica: str, dbname: str, standby_admin: str,
@@ -236,6 +249,7 @@ def run_replicas(dsn: str, server_dsn: str, scale: str, log: Callable[[str], Non
     n_threads, n_turns, readers, writers, seconds, rounds = SIZES[scale]
     dbname = str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
     threads = [f"h{i}" for i in range(n_threads)] + [f"w{j}" for j in range(writers)]
+    log("replicas: savers " + "; ".join(f"{k} {v}" for k, v in OPENED.items()))
     log(f"replicas: writing {len(threads)} threads of {n_turns} turns")
     with DeltaPostgresSaver.from_conn_string(dsn) as saver:
         graph = build_graph(WORKLOAD, saver)
@@ -278,6 +292,7 @@ def run_replicas(dsn: str, server_dsn: str, scale: str, log: Callable[[str], Non
     latency = routed_latency(dsn, replica, threads, anchors, standby, LATENCY_READS[scale], log)
     loss = turn_loss(dsn, replica, standby, LOSS_TURNS[scale], log)
     return {
+        "opened": dict(OPENED),
         "latency": latency,
         "turn_loss": loss,
         "sizes": {"threads": len(threads), "turns": n_turns, "readers": readers,
@@ -316,48 +331,44 @@ def routed_latency(dsn: str, replica: str, threads: list[str], anchors: dict[str
     standby.catch_up()
     rng = random.Random(7)
     out: dict[str, Any] = {}
-    with DeltaPostgresSaver.from_conn_string(dsn) as primary, \
+    with _routing(dsn, replica) as routing, \
             DeltaPostgresSaver.from_conn_string(replica) as direct:
-        routing = RoutingSaver(primary, [replica], pool_size=1)
-        try:
-            g_routed = build_graph(WORKLOAD, routing)
-            g_direct = build_graph(WORKLOAD, direct)
-            kinds: dict[str, Callable[[Any, Any, str, Any], Any]] = {
-                "page": lambda s, g, t, b: list(s.list(
-                    {"configurable": {"thread_id": t, "checkpoint_ns": ""}}, before=b,
-                    limit=PAGE)),
-                "latest": lambda s, g, t, b: g.get_state({"configurable": {"thread_id": t}}),
+        g_routed = build_graph(WORKLOAD, routing)
+        g_direct = build_graph(WORKLOAD, direct)
+        kinds: dict[str, Callable[[Any, Any, str, Any], Any]] = {
+            "page": lambda s, g, t, b: list(s.list(
+                {"configurable": {"thread_id": t, "checkpoint_ns": ""}}, before=b,
+                limit=PAGE)),
+            "latest": lambda s, g, t, b: g.get_state({"configurable": {"thread_id": t}}),
+        }
+        for kind, read in kinds.items():
+            ratios, routed_ms, direct_ms = [], [], []
+            for k in range(n):
+                t = rng.choice(threads)
+                b = rng.choice(anchors[t])
+                pair = [(routing, g_routed), (direct, g_direct)]
+                if k % 2:
+                    pair.reverse()
+                took = {}
+                for s, g in pair:
+                    started = time.perf_counter()
+                    read(s, g, t, b)
+                    took[id(s)] = time.perf_counter() - started
+                routed_ms.append(took[id(routing)] * 1000)
+                direct_ms.append(took[id(direct)] * 1000)
+                ratios.append(took[id(routing)] / took[id(direct)])
+            out[kind] = {
+                "routed_ms_p50": statistics.median(routed_ms),
+                "direct_ms_p50": statistics.median(direct_ms),
+                "ratio": statistics.median(ratios),
             }
-            for kind, read in kinds.items():
-                ratios, routed_ms, direct_ms = [], [], []
-                for k in range(n):
-                    t = rng.choice(threads)
-                    b = rng.choice(anchors[t])
-                    pair = [(routing, g_routed), (direct, g_direct)]
-                    if k % 2:
-                        pair.reverse()
-                    took = {}
-                    for s, g in pair:
-                        started = time.perf_counter()
-                        read(s, g, t, b)
-                        took[id(s)] = time.perf_counter() - started
-                    routed_ms.append(took[id(routing)] * 1000)
-                    direct_ms.append(took[id(direct)] * 1000)
-                    ratios.append(took[id(routing)] / took[id(direct)])
-                out[kind] = {
-                    "routed_ms_p50": statistics.median(routed_ms),
-                    "direct_ms_p50": statistics.median(direct_ms),
-                    "ratio": statistics.median(ratios),
-                }
-                log(f"replicas: latency of a {kind} read, routed {out[kind]['routed_ms_p50']:.2f}"
-                    f" ms, on the standby directly {out[kind]['direct_ms_p50']:.2f} ms "
-                    f"(median of pair ratios {out[kind]['ratio']:.2f}x)")
-            stats = routing.routing_stats()
-            out["routing"] = {"replica_reads": stats.replica_reads,
-                              "primary_reads": stats.primary_reads,
-                              "replica_misses": stats.replica_misses}
-        finally:
-            routing.close()
+            log(f"replicas: latency of a {kind} read, routed {out[kind]['routed_ms_p50']:.2f}"
+                f" ms, on the standby directly {out[kind]['direct_ms_p50']:.2f} ms "
+                f"(median of pair ratios {out[kind]['ratio']:.2f}x)")
+        stats = routing.routing_stats()
+        out["routing"] = {"replica_reads": stats.replica_reads,
+                          "primary_reads": stats.primary_reads,
+                          "replica_misses": stats.replica_misses}
     return out
 
 
@@ -377,10 +388,7 @@ def turn_loss(dsn: str, replica: str, standby: Standby, size: tuple[int, int, in
         with contextlib.ExitStack() as stack:
             graphs = []
             for _ in range(workers):
-                primary = stack.enter_context(DeltaPostgresSaver.from_conn_string(dsn))
-                routing = RoutingSaver(primary, [replica], pool_size=1)
-                stack.callback(routing.close)
-                graphs.append(build_graph(WORKLOAD, routing))
+                graphs.append(build_graph(WORKLOAD, stack.enter_context(_routing(dsn, replica))))
             started = time.perf_counter()
             for k in range(turns):
                 errors: list[BaseException] = []
