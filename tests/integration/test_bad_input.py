@@ -41,7 +41,15 @@ REFUSED: list[tuple[str, tuple[Any, ...], dict[str, Any], type[Exception], str]]
     ("delete_thread", (None,), {}, TypeError, "thread_id must be a str"),
     ("delete_thread", (["t"],), {}, TypeError, "thread_id must be a str"),
     # put with what is not a config / checkpoint / metadata (issue 38: AttributeError)
-    ("put", (None, {"id": "x"}, {}, {}), {}, ValueError, "thread_id"),
+    ("put", (None, {"id": "x"}, {}, {}), {}, ValueError, "config must be a dict .* not NoneType"),
+    ("put", ("t", {"id": "x"}, {}, {}), {}, ValueError, "config must be a dict .* not str"),
+    # a config whose 'configurable' is not a dict (an AttributeError before; issue 38)
+    ("put", ({"configurable": None}, {"id": "x"}, {}, {}), {}, ValueError,
+     "its 'configurable' is NoneType"),
+    ("put_writes", ({"configurable": "t"}, [("a", 1)], "task"), {}, ValueError,
+     "its 'configurable' is str"),
+    ("get_tuple", ({"configurable": None},), {}, ValueError, "its 'configurable' is NoneType"),
+    ("get_tuple", (None,), {}, ValueError, "config must be a dict"),
     ("put", ({"configurable": {}}, {"id": "x"}, {}, {}), {}, ValueError, "thread_id"),
     ("put", (cfg("t"), None, {}, {}), {}, TypeError, "checkpoint must be a dict"),
     ("put", (cfg("t"), {"id": "x"}, {}, {}), {}, ValueError, "channel_values"),
@@ -89,6 +97,13 @@ async def test_refused_options_run_no_statement(dsn: str, saver_factory: SaverFa
                 await u.list(cfg("t"), **kw)
         with pytest.raises(TypeError, match="config must be a dict"):
             await u.list("t")
+        for bad in ({"configurable": None}, {"configurable": ["t"]}):
+            with pytest.raises(ValueError, match="its 'configurable' is"):
+                await u.list(bad)
+            with pytest.raises(ValueError, match="before must be a checkpoint's config"):
+                await u.list(cfg("t"), before=bad)
+        with pytest.raises(ValueError, match="before must be a checkpoint's config"):
+            await u.list(cfg("t"), before={})
         with pytest.raises(TypeError, match="task_id must be a str"):
             await u.put_writes(c, [("obj", 1)], None)  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="writes must be a sequence"):
@@ -183,3 +198,53 @@ def test_a_pool_that_cannot_connect_says_why_at_once(dsn: str, is_async: bool) -
             with DeltaPostgresSaver.from_conn_string(missing, pool_size=2):
                 pass
     assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_routing_saver_reads_refuse_what_is_not_a_config(dsn: str, is_async: bool) -> None:
+    """The routing saver's get_tuple and list looked into a config before the primary's
+    checks: a str, or a 'configurable' that is not a dict, was an AttributeError (issue
+    38); now such a call goes to the primary, which says what is wrong."""
+    import asyncio
+
+    from langgraph_delta_postgres.replicas import AsyncRoutingSaver, RoutingSaver
+
+    bad_configs: list[tuple[Any, type[Exception], str]] = [
+        ("t", ValueError, "config must be a dict .* not str"),
+        ({"configurable": None}, ValueError, "its 'configurable' is NoneType"),
+        ({"configurable": "t"}, ValueError, "its 'configurable' is str"),
+    ]
+    bad_befores: list[tuple[Any, type[Exception], str]] = [
+        ("t", TypeError, "before must be a dict or None"),
+        ({"configurable": None}, ValueError, "before must be a checkpoint's config"),
+    ]
+
+    async def check(get_tuple: Any, listed: Any) -> None:
+        for config, error, match in bad_configs:
+            with pytest.raises(error, match=match):
+                await get_tuple(config)
+            if isinstance(config, dict):  # list(str) is a TypeError, checked above
+                with pytest.raises(error, match=match):
+                    await listed(config)
+        for before, error, match in bad_befores:
+            with pytest.raises(error, match=match):
+                await listed(cfg("t"), before=before)
+
+    if is_async:
+        async def main() -> None:
+            async with AsyncRoutingSaver.from_conn_string(dsn, replicas=[]) as a:
+                async def listed(config: Any, **kw: Any) -> list[Any]:
+                    return [t async for t in a.alist(config, **kw)]
+
+                await check(a.aget_tuple, listed)
+
+        asyncio.run(main())
+    else:
+        with RoutingSaver.from_conn_string(dsn, replicas=[]) as s:
+            async def get_tuple(config: Any) -> Any:
+                return s.get_tuple(config)
+
+            async def listed(config: Any, **kw: Any) -> list[Any]:
+                return list(s.list(config, **kw))
+
+            asyncio.run(check(get_tuple, listed))
