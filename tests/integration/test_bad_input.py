@@ -178,26 +178,51 @@ def test_system_schemas_are_refused(dsn: str, schema: str) -> None:
         pass
 
 
-@pytest.mark.parametrize("is_async", [False, True])
-def test_a_pool_that_cannot_connect_says_why_at_once(dsn: str, is_async: bool) -> None:
-    """from_conn_string(pool_size=N) on a database that does not exist: the server's
-    error, at once (it was a PoolTimeout without the cause after 30 s; issue 38)."""
+def _open_pool(dsn: str, is_async: bool) -> None:
+    """from_conn_string(dsn, pool_size=2) opened and closed, sync or async."""
     import asyncio
+
+    if is_async:
+        async def main() -> None:
+            async with AsyncDeltaPostgresSaver.from_conn_string(dsn, pool_size=2):
+                pass
+
+        asyncio.run(main())
+    else:
+        with DeltaPostgresSaver.from_conn_string(dsn, pool_size=2):
+            pass
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_a_pool_that_cannot_connect_says_why_at_once(
+    dsn: str, is_async: bool, password_role: tuple[str, str]
+) -> None:
+    """from_conn_string(pool_size=N) on a database that does not exist, a closed port
+    and a wrong password: the connection's own error, naming the cause, at once (it was
+    a PoolTimeout without the cause after 30 s; issue 38), as without a pool."""
+    import socket
     import time
 
+    role, _ = password_role
+    wrong_password = psycopg.conninfo.make_conninfo(dsn, user=role, password="wrong")
+    try:
+        psycopg.connect(wrong_password).close()
+        password_case: list[tuple[str, str]] = []  # this server lets it in (trust)
+    except psycopg.OperationalError:
+        password_case = [(wrong_password, f'password authentication failed for user "{role}"')]
     missing = psycopg.conninfo.make_conninfo(dsn, dbname=f"lgdp_missing_{uuid.uuid4().hex[:8]}")
-    started = time.monotonic()
-    with pytest.raises(psycopg.OperationalError, match="does not exist"):
-        if is_async:
-            async def main() -> None:
-                async with AsyncDeltaPostgresSaver.from_conn_string(missing, pool_size=2):
-                    pass
-
-            asyncio.run(main())
-        else:
-            with DeltaPostgresSaver.from_conn_string(missing, pool_size=2):
-                pass
-    assert time.monotonic() - started < 5
+    with socket.socket() as closed:  # bound, never listening: every connect is refused
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        closed_port = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        for bad, cause in [(missing, "does not exist"), (closed_port, "Connection refused"),
+                           *password_case]:
+            started = time.monotonic()
+            with pytest.raises(psycopg.OperationalError, match=cause):
+                _open_pool(bad, is_async)
+            assert time.monotonic() - started < 5, bad
+    if not password_case:
+        pytest.skip("this server lets a wrong password in (trust): that case was not run")
 
 
 @pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])

@@ -7,9 +7,7 @@ import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
@@ -174,45 +172,6 @@ def test_a_role_postgres_refuses_is_reported_with_its_words(dsn: str) -> None:
         assert "cannot reach" not in lines[0]
         assert "Postgres refused the connection: role" in lines[0]
         assert "does not exist" in lines[0] and "check the user name" in lines[0]
-
-
-@pytest.fixture
-def password_role(pg_server: Any) -> Iterator[tuple[str, str]]:
-    """A login role with a password, and a pg_hba.conf that asks for it: the embedded
-    Postgres (pgserver) is initdb'd with trust only, so when the test can write the
-    server's pg_hba.conf (the embedded one: same OS user) it puts lines for this role
-    first and reloads; a server it cannot change (Docker, $LGDP_TEST_DSN) is used as it
-    is, and the test is skipped if that server lets a wrong password in."""
-    role = f"lgdp_pw_{uuid.uuid4().hex[:8]}"
-    ours = f"local all {role} scram-sha-256\nhost all {role} all scram-sha-256\n"
-    with pg_server.admin() as conn:
-        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'right-password'")
-        hba = str(conn.execute("SHOW hba_file").fetchone()[0])  # type: ignore[index]
-        edits = os.access(hba, os.W_OK)
-        if edits:  # other sessions on this server may edit it too: add only our lines
-            _edit_hba(hba, lambda text: ours + text)
-            conn.execute("SELECT pg_reload_conf()")
-    try:
-        yield role, "right-password"
-    finally:
-        with pg_server.admin() as conn:
-            if edits:
-                _edit_hba(hba, lambda text: text.replace(ours, ""))
-                conn.execute("SELECT pg_reload_conf()")
-            conn.execute(f"DROP ROLE IF EXISTS {role}")
-
-
-def _edit_hba(path: str, change: Any) -> None:
-    """Rewrite pg_hba.conf under an exclusive lock (sessions running at once each add
-    and remove their own lines)."""
-    import fcntl
-
-    with open(path, "r+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        text = change(f.read())
-        f.seek(0)
-        f.write(text)
-        f.truncate()
 
 
 def test_a_wrong_password_is_reported_with_postgres_words(
