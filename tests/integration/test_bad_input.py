@@ -169,13 +169,47 @@ async def test_constructor_options_are_checked_before_connecting(dsn: str) -> No
 
 
 @pytest.mark.parametrize("schema", ["information_schema", "INFORMATION_SCHEMA", "pg_catalog",
-                                    "pg_mine"])
-def test_system_schemas_are_refused(dsn: str, schema: str) -> None:
+                                    "pg_toast", "pg_mine"])
+async def test_system_schemas_are_refused(dsn: str, schema: str) -> None:
     """schema="information_schema" was accepted and the tables made in that system
-    schema (issue 38); pg_* names the server refuses itself, later."""
-    with pytest.raises(ValueError, match="system schema"), \
-            DeltaPostgresSaver.from_conn_string(dsn, schema=schema):
-        pass
+    schema (issue 38); pg_* names the server refuses itself, later. Refused by every
+    way in, sync and async, before anything is created: the constructors,
+    from_conn_string (pool or not), setup()'s migrate()/amigrate()."""
+    from langgraph_delta_postgres.migrate import amigrate, migrate
+
+    def ours_in_system_schemas() -> list[str]:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT n.nspname || '.' || c.relname FROM pg_class c"
+                " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE c.relname IN ('checkpoints', 'langgraph_delta_migrations')"
+                " AND (n.nspname IN ('information_schema', 'pg_catalog', 'pg_toast')"
+                " OR lower(n.nspname) LIKE 'pg\\_%' OR lower(n.nspname) = 'information_schema')"
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    refused = pytest.raises(ValueError, match="system schema")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        with refused:
+            DeltaPostgresSaver(conn, schema=schema)
+        with refused:
+            migrate(conn, schema=schema)
+    for pool_size in (None, 2):
+        with refused, DeltaPostgresSaver.from_conn_string(
+            dsn, schema=schema, pool_size=pool_size
+        ):
+            pass
+        with refused:
+            async with AsyncDeltaPostgresSaver.from_conn_string(
+                dsn, schema=schema, pool_size=pool_size
+            ):
+                pass
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+        with refused:
+            AsyncDeltaPostgresSaver(aconn, schema=schema)
+        with refused:
+            await amigrate(aconn, schema=schema)
+    assert ours_in_system_schemas() == []
 
 
 def _open_pool(dsn: str, is_async: bool) -> None:

@@ -81,6 +81,18 @@ def test_status_of_a_schema_that_does_not_exist(empty_dsn: str) -> None:
     assert res.returncode == EXIT_PENDING and "does not exist" not in res.stderr
 
 
+def test_migrate_into_a_system_schema_is_refused(empty_dsn: str) -> None:
+    """``migrate --schema information_schema`` made the tables in that system schema
+    (issue 38): a usage error now (exit 2, no traceback), nothing created."""
+    for schema in ("information_schema", "pg_catalog"):
+        res = run("migrate", "--schema", schema, "--dsn", empty_dsn)
+        assert res.returncode == 2, res.stderr
+        assert "is a Postgres system schema" in res.stderr and "Traceback" not in res.stderr
+    with psycopg.connect(empty_dsn) as conn:
+        found = conn.execute("SELECT to_regclass('information_schema.checkpoints')").fetchone()
+        assert found == (None,)
+
+
 QUOTED = 'we"ird sch\u00e9ma'
 
 
