@@ -224,3 +224,33 @@ def test_a_closed_pipe_is_no_traceback(empty_dsn: str, command: str) -> None:
         os.close(write)
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
     assert done.returncode == 141, (done.returncode, done.stderr)
+
+
+@pytest.mark.parametrize("fmt", [[], ["--json"]], ids=["text", "json"])
+def test_inspect_piped_into_head(dsn: str, fmt: list[str]) -> None:
+    """``langgraph-delta-pg inspect --thread T | head -1`` as a shell runs it: a real
+    ``head`` reads the first line and exits while inspect is still writing (a thread of
+    1,000 namespaces prints ~100 kB, more than a pipe holds), so inspect's next write
+    meets a closed pipe. head prints the line; inspect ends without a traceback, with
+    exit 141 (docs/api.md); it was a BrokenPipeError traceback, or exit 120 (issue 38)."""
+    head = shutil.which("head")
+    if head is None:
+        pytest.skip("no head(1) here")
+    with DeltaPostgresSaver.from_conn_string(dsn) as saver:
+        for i in range(1000):
+            ns = f"ns{i:05}" if i else ""
+            saver.put({"configurable": {"thread_id": "big", "checkpoint_ns": ns}},
+                      empty_checkpoint(), {"step": 0}, {})
+    cmd = subprocess.Popen(
+        [sys.executable, "-m", "langgraph_delta_postgres", "inspect", "--thread", "big",
+         "--dsn", dsn, *fmt],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    assert cmd.stdout is not None and cmd.stderr is not None
+    first = subprocess.run([head, "-1"], stdin=cmd.stdout, capture_output=True, timeout=120)
+    cmd.stdout.close()  # head has exited: inspect's pipe has no reader left
+    err = cmd.stderr.read().decode()
+    cmd.stderr.close()
+    assert cmd.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "BrokenPipe" not in err and err == "", err
+    assert first.stdout.decode() == ("{\n" if fmt else "thread 'big'\n")
