@@ -145,18 +145,40 @@ async def amark_returned(conn: Any) -> None:
 
 
 @contextlib.contextmanager
-def explained_connect() -> Iterator[None]:
+def explained_connect(prepare_threshold: int | None) -> Iterator[None]:
     """Around ``from_conn_string``'s first connect: a pooler's refusal of the ``options``
-    startup parameter (PgBouncer's default) says what to do instead of only naming it."""
+    startup parameter (PgBouncer's default) says where the parameter came from and what
+    to do, instead of only naming it. ``prepare_threshold``: ``from_conn_string``'s, which
+    decides whether the saver added its generic-plan settings (:func:`connect_kwargs`);
+    without them, the parameter came from the connection string or ``PGOPTIONS``."""
     try:
         yield
     except psycopg.OperationalError as e:
         if "unsupported startup parameter: options" not in str(e):
             raise
-        raise psycopg.OperationalError(
-            f"{e}: the server in front (a pooler such as PgBouncer) refuses the `options` "
-            "startup parameter, which this saver sends to plan its prepared statements "
-            "generically. Behind a transaction-mode pooler pass prepare_threshold=None "
-            "(no prepared statements, no options; docs/poolers.md), or let the pooler "
-            "pass it on (PgBouncer: ignore_startup_parameters = options)."
-        ) from e
+        raise psycopg.OperationalError(f"{e}: {_options_refused(prepare_threshold)}") from e
+
+
+def _options_refused(prepare_threshold: int | None) -> str:
+    ignore = (
+        "PgBouncer: add `options` to `ignore_startup_parameters` in pgbouncer.ini, e.g. "
+        "`ignore_startup_parameters = extra_float_digits,options`"
+    )
+    if prepare_threshold is None:
+        return (
+            "the server in front (a pooler such as PgBouncer) refuses the `options` "
+            "startup parameter, which the connection string (`options=`) or the PGOPTIONS "
+            "environment variable sets (this saver sends none with prepare_threshold=None). "
+            "Remove it there (set those settings with ALTER ROLE / ALTER DATABASE ... SET "
+            f"instead), or have the pooler ignore it ({ignore}; the settings are then "
+            "dropped). See docs/poolers.md."
+        )
+    return (
+        "the server in front (a pooler such as PgBouncer) refuses the `options` startup "
+        "parameter, which this saver sends when it prepares statements "
+        f"(`{GENERIC_PLANS}`: generic plans). Behind a transaction-mode pooler pass "
+        "prepare_threshold=None: no prepared statements, and no `options` sent. Or have "
+        f"the pooler ignore it ({ignore}): the connections then plan with the server's "
+        "defaults, and prepared statements need session mode or PgBouncer >= 1.21 with "
+        "max_prepared_statements. See docs/poolers.md."
+    )

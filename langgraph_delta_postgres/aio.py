@@ -239,7 +239,7 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
         )
         if pool_size is not None:
             # see DeltaPostgresSaver.from_conn_string: the connection's own error, at once
-            with explained_connect():
+            with explained_connect(prepare_threshold):
                 await (await AsyncConnection.connect(conn_string, **kwargs)).close()
             async with AsyncConnectionPool(
                 conn_string,
@@ -253,7 +253,7 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
             ) as pool:
                 yield cls(pool, serde=serde, schema=schema, cache_bytes=cache_bytes)
             return
-        with explained_connect():
+        with explained_connect(prepare_threshold):
             conn = await AsyncConnection.connect(conn_string, **kwargs)
         async with conn:
             if pipeline:

@@ -137,7 +137,7 @@ class DeltaPostgresSaver(SaverCore):
             # one connection first: a wrong password, a missing database or a closed port
             # is its error, at once (a pool retries in the background and the first call
             # got a PoolTimeout after 30 s, without the cause)
-            with explained_connect():
+            with explained_connect(prepare_threshold):
                 Connection.connect(conn_string, **kwargs).close()
             with ConnectionPool(
                 conn_string,
@@ -152,7 +152,7 @@ class DeltaPostgresSaver(SaverCore):
             ) as pool:
                 yield cls(pool, serde=serde, schema=schema, cache_bytes=cache_bytes)
             return
-        with explained_connect():
+        with explained_connect(prepare_threshold):
             conn = Connection.connect(conn_string, **kwargs)
         with conn:
             if pipeline:

@@ -14,6 +14,7 @@ from langchain_core.runnables import RunnableConfig
 from psycopg import sql
 
 from .._cache import Plan
+from .._checks import _kind
 from .listed import _Listed as _Listed  # the slot holds one (and tests reach it here)
 
 logger = logging.getLogger("langgraph_delta_postgres")
@@ -80,10 +81,22 @@ _PREFETCH: ContextVar[_Prefetch | _Listed | None] = ContextVar(
 
 
 def _configurable(config: RunnableConfig) -> dict[str, Any]:
-    try:
-        return config["configurable"]
-    except (KeyError, TypeError):
-        raise ValueError("config must have a 'configurable' mapping with a 'thread_id'") from None
+    """``config["configurable"]``, or ValueError naming what is missing (a config that is
+    None or not a dict, or whose ``configurable`` is not a dict: an AttributeError on
+    ``.get`` before, issue 38)."""
+    if not isinstance(config, Mapping):
+        raise ValueError(
+            "config must be a dict with a 'configurable' mapping holding a 'thread_id', "
+            f"not {_kind(config)}"
+        )
+    conf = config.get("configurable")
+    if not isinstance(conf, Mapping):
+        raise ValueError(
+            "config must have a 'configurable' mapping with a 'thread_id'"
+            + ("" if conf is None and "configurable" not in config
+               else f"; its 'configurable' is {_kind(conf)}")
+        )
+    return conf
 
 
 def _thread_id(config: RunnableConfig) -> str:

@@ -3,6 +3,7 @@ the latest checkpoint reads its history too, ``delta_history.tuple_history``).""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -18,7 +19,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from .._cache import NO_PLAN, gc_paused
-from .._checks import INT8_MAX, check_int, check_mapping
+from .._checks import INT8_MAX, _kind, check_int, check_mapping
 from ..errors import CorruptCheckpointError
 from .base import _PREFETCH, Op, Row, Stmt, _configurable, _ns, _Prefetch, _thread_id
 from .listed import _Listed
@@ -186,6 +187,11 @@ def _op_list(
         _thread_id(config)  # a config must name its thread
     check_mapping("filter", filter)
     check_mapping("before", before)
+    if before is not None and not isinstance(before.get("configurable"), Mapping):
+        raise ValueError(
+            "before must be a checkpoint's config, with a 'configurable' mapping holding "
+            f"its 'checkpoint_id'; its 'configurable' is {_kind(before.get('configurable'))}"
+        )
     # a limit beyond int8 is "no limit" (SQL's LIMIT is a bigint)
     check_int("limit", limit, low=None, high=None, none_ok=True)
     if limit is not None:

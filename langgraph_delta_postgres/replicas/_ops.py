@@ -188,14 +188,21 @@ def op_token(core: _RoutingCore) -> Route[str]:
     return make_token((yield from fetch_lsn(core)))
 
 
+def _conf_of(config: Any) -> Mapping[str, Any]:
+    """A config's ``configurable``; {} for what is not one (None, a str, a config whose
+    ``configurable`` is not a dict): such a call is not routable and goes to the
+    primary, whose own checks raise the caller's error (a ValueError naming it)."""
+    conf = config.get("configurable") if isinstance(config, Mapping) else None
+    return conf if isinstance(conf, Mapping) else {}
+
+
 def _thread_of(config: RunnableConfig | None) -> str | None:
-    conf = (config or {}).get("configurable") or {}
-    t = conf.get("thread_id")
+    t = _conf_of(config).get("thread_id")
     return None if t is None else str(t)
 
 
 def _ns_of(config: RunnableConfig) -> str:
-    return str((config.get("configurable") or {}).get("checkpoint_ns") or "")
+    return str(_conf_of(config).get("checkpoint_ns") or "")
 
 
 def op_get_tuple(core: _RoutingCore, config: RunnableConfig) -> Route[CheckpointTuple | None]:
@@ -259,13 +266,17 @@ def op_list(
     the read's start; a page before a checkpoint when every checkpoint of it has a child
     there (final)."""
     kwargs = {"filter": filter, "before": before, "limit": limit}
-    conf = (config or {}).get("configurable") or {}
+    conf = _conf_of(config)
     t = _thread_of(config)
     need: Need | str
     sealed_of = None
     if config is None or t is None or get_checkpoint_id(config):
         need = "not_routable"
-    elif (before_id := get_checkpoint_id(before) if before is not None else None):
+    elif before is not None and not (
+        isinstance(before, Mapping) and isinstance(before.get("configurable"), Mapping)
+    ):
+        need = "not_routable"  # not a config: the primary says what is wrong with it
+    elif before_id := _conf_of(before).get("checkpoint_id"):
         if conf.get("checkpoint_ns") is None:
             need = "not_routable"
         elif limit is not None and 0 < limit <= MAX_GUARDED_PAGE and not filter:

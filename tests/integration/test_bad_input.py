@@ -41,7 +41,15 @@ REFUSED: list[tuple[str, tuple[Any, ...], dict[str, Any], type[Exception], str]]
     ("delete_thread", (None,), {}, TypeError, "thread_id must be a str"),
     ("delete_thread", (["t"],), {}, TypeError, "thread_id must be a str"),
     # put with what is not a config / checkpoint / metadata (issue 38: AttributeError)
-    ("put", (None, {"id": "x"}, {}, {}), {}, ValueError, "thread_id"),
+    ("put", (None, {"id": "x"}, {}, {}), {}, ValueError, "config must be a dict .* not NoneType"),
+    ("put", ("t", {"id": "x"}, {}, {}), {}, ValueError, "config must be a dict .* not str"),
+    # a config whose 'configurable' is not a dict (an AttributeError before; issue 38)
+    ("put", ({"configurable": None}, {"id": "x"}, {}, {}), {}, ValueError,
+     "its 'configurable' is NoneType"),
+    ("put_writes", ({"configurable": "t"}, [("a", 1)], "task"), {}, ValueError,
+     "its 'configurable' is str"),
+    ("get_tuple", ({"configurable": None},), {}, ValueError, "its 'configurable' is NoneType"),
+    ("get_tuple", (None,), {}, ValueError, "config must be a dict"),
     ("put", ({"configurable": {}}, {"id": "x"}, {}, {}), {}, ValueError, "thread_id"),
     ("put", (cfg("t"), None, {}, {}), {}, TypeError, "checkpoint must be a dict"),
     ("put", (cfg("t"), {"id": "x"}, {}, {}), {}, ValueError, "channel_values"),
@@ -89,6 +97,13 @@ async def test_refused_options_run_no_statement(dsn: str, saver_factory: SaverFa
                 await u.list(cfg("t"), **kw)
         with pytest.raises(TypeError, match="config must be a dict"):
             await u.list("t")
+        for bad in ({"configurable": None}, {"configurable": ["t"]}):
+            with pytest.raises(ValueError, match="its 'configurable' is"):
+                await u.list(bad)
+            with pytest.raises(ValueError, match="before must be a checkpoint's config"):
+                await u.list(cfg("t"), before=bad)
+        with pytest.raises(ValueError, match="before must be a checkpoint's config"):
+            await u.list(cfg("t"), before={})
         with pytest.raises(TypeError, match="task_id must be a str"):
             await u.put_writes(c, [("obj", 1)], None)  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="writes must be a sequence"):
@@ -154,32 +169,141 @@ async def test_constructor_options_are_checked_before_connecting(dsn: str) -> No
 
 
 @pytest.mark.parametrize("schema", ["information_schema", "INFORMATION_SCHEMA", "pg_catalog",
-                                    "pg_mine"])
-def test_system_schemas_are_refused(dsn: str, schema: str) -> None:
+                                    "pg_toast", "pg_mine"])
+async def test_system_schemas_are_refused(dsn: str, schema: str) -> None:
     """schema="information_schema" was accepted and the tables made in that system
-    schema (issue 38); pg_* names the server refuses itself, later."""
-    with pytest.raises(ValueError, match="system schema"), \
-            DeltaPostgresSaver.from_conn_string(dsn, schema=schema):
-        pass
+    schema (issue 38); pg_* names the server refuses itself, later. Refused by every
+    way in, sync and async, before anything is created: the constructors,
+    from_conn_string (pool or not), setup()'s migrate()/amigrate()."""
+    from langgraph_delta_postgres.migrate import amigrate, migrate
+
+    def ours_in_system_schemas() -> list[str]:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT n.nspname || '.' || c.relname FROM pg_class c"
+                " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE c.relname IN ('checkpoints', 'langgraph_delta_migrations')"
+                " AND (n.nspname IN ('information_schema', 'pg_catalog', 'pg_toast')"
+                " OR lower(n.nspname) LIKE 'pg\\_%' OR lower(n.nspname) = 'information_schema')"
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    refused = pytest.raises(ValueError, match="system schema")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        with refused:
+            DeltaPostgresSaver(conn, schema=schema)
+        with refused:
+            migrate(conn, schema=schema)
+    for pool_size in (None, 2):
+        with refused, DeltaPostgresSaver.from_conn_string(
+            dsn, schema=schema, pool_size=pool_size
+        ):
+            pass
+        with refused:
+            async with AsyncDeltaPostgresSaver.from_conn_string(
+                dsn, schema=schema, pool_size=pool_size
+            ):
+                pass
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+        with refused:
+            AsyncDeltaPostgresSaver(aconn, schema=schema)
+        with refused:
+            await amigrate(aconn, schema=schema)
+    assert ours_in_system_schemas() == []
 
 
-@pytest.mark.parametrize("is_async", [False, True])
-def test_a_pool_that_cannot_connect_says_why_at_once(dsn: str, is_async: bool) -> None:
-    """from_conn_string(pool_size=N) on a database that does not exist: the server's
-    error, at once (it was a PoolTimeout without the cause after 30 s; issue 38)."""
+def _open_pool(dsn: str, is_async: bool) -> None:
+    """from_conn_string(dsn, pool_size=2) opened and closed, sync or async."""
     import asyncio
+
+    if is_async:
+        async def main() -> None:
+            async with AsyncDeltaPostgresSaver.from_conn_string(dsn, pool_size=2):
+                pass
+
+        asyncio.run(main())
+    else:
+        with DeltaPostgresSaver.from_conn_string(dsn, pool_size=2):
+            pass
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_a_pool_that_cannot_connect_says_why_at_once(
+    dsn: str, is_async: bool, password_role: tuple[str, str]
+) -> None:
+    """from_conn_string(pool_size=N) on a database that does not exist, a closed port
+    and a wrong password: the connection's own error, naming the cause, at once (it was
+    a PoolTimeout without the cause after 30 s; issue 38), as without a pool."""
+    import socket
     import time
 
+    role, _ = password_role
+    wrong_password = psycopg.conninfo.make_conninfo(dsn, user=role, password="wrong")
+    try:
+        psycopg.connect(wrong_password).close()
+        password_case: list[tuple[str, str]] = []  # this server lets it in (trust)
+    except psycopg.OperationalError:
+        password_case = [(wrong_password, f'password authentication failed for user "{role}"')]
     missing = psycopg.conninfo.make_conninfo(dsn, dbname=f"lgdp_missing_{uuid.uuid4().hex[:8]}")
-    started = time.monotonic()
-    with pytest.raises(psycopg.OperationalError, match="does not exist"):
-        if is_async:
-            async def main() -> None:
-                async with AsyncDeltaPostgresSaver.from_conn_string(missing, pool_size=2):
-                    pass
+    with socket.socket() as closed:  # bound, never listening: every connect is refused
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        closed_port = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        for bad, cause in [(missing, "does not exist"), (closed_port, "Connection refused"),
+                           *password_case]:
+            started = time.monotonic()
+            with pytest.raises(psycopg.OperationalError, match=cause):
+                _open_pool(bad, is_async)
+            assert time.monotonic() - started < 5, bad
+    if not password_case:
+        pytest.skip("this server lets a wrong password in (trust): that case was not run")
 
-            asyncio.run(main())
-        else:
-            with DeltaPostgresSaver.from_conn_string(missing, pool_size=2):
-                pass
-    assert time.monotonic() - started < 5
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_routing_saver_reads_refuse_what_is_not_a_config(dsn: str, is_async: bool) -> None:
+    """The routing saver's get_tuple and list looked into a config before the primary's
+    checks: a str, or a 'configurable' that is not a dict, was an AttributeError (issue
+    38); now such a call goes to the primary, which says what is wrong."""
+    import asyncio
+
+    from langgraph_delta_postgres.replicas import AsyncRoutingSaver, RoutingSaver
+
+    bad_configs: list[tuple[Any, type[Exception], str]] = [
+        ("t", ValueError, "config must be a dict .* not str"),
+        ({"configurable": None}, ValueError, "its 'configurable' is NoneType"),
+        ({"configurable": "t"}, ValueError, "its 'configurable' is str"),
+    ]
+    bad_befores: list[tuple[Any, type[Exception], str]] = [
+        ("t", TypeError, "before must be a dict or None"),
+        ({"configurable": None}, ValueError, "before must be a checkpoint's config"),
+    ]
+
+    async def check(get_tuple: Any, listed: Any) -> None:
+        for config, error, match in bad_configs:
+            with pytest.raises(error, match=match):
+                await get_tuple(config)
+            if isinstance(config, dict):  # list(str) is a TypeError, checked above
+                with pytest.raises(error, match=match):
+                    await listed(config)
+        for before, error, match in bad_befores:
+            with pytest.raises(error, match=match):
+                await listed(cfg("t"), before=before)
+
+    if is_async:
+        async def main() -> None:
+            async with AsyncRoutingSaver.from_conn_string(dsn, replicas=[]) as a:
+                async def listed(config: Any, **kw: Any) -> list[Any]:
+                    return [t async for t in a.alist(config, **kw)]
+
+                await check(a.aget_tuple, listed)
+
+        asyncio.run(main())
+    else:
+        with RoutingSaver.from_conn_string(dsn, replicas=[]) as s:
+            async def get_tuple(config: Any) -> Any:
+                return s.get_tuple(config)
+
+            async def listed(config: Any, **kw: Any) -> list[Any]:
+                return list(s.list(config, **kw))
+
+            asyncio.run(check(get_tuple, listed))

@@ -7,12 +7,14 @@ pending; and what psycopg's prepared statements do there (docs/poolers.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
 import pytest
+from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
 from langgraph_delta_postgres.migrate import MigrationError, amigrate, discover, migrate
@@ -20,7 +22,8 @@ from tests.graph import test_delta_graphs as graphs
 from tests.graph._graphs import run_both
 from tests.integration import test_saver_behaviour as behaviour
 from tests.integration._helpers import open_saver, put_chain
-from tests.plugins.pgbouncer import Bouncer
+from tests.plugins.pgbouncer import Bouncer, start_bouncer
+from tests.plugins.postgres import PgServer
 from tests.plugins.savers import KINDS, SaverFactory
 
 #: What the README says to pass behind a transaction-mode pooler.
@@ -162,18 +165,88 @@ async def test_migrate_functions_and_from_conn_string(
 # ----------------------------------------------------------------------- prepared statements
 
 
-def test_from_conn_string_default_prepare_threshold_is_refused(bouncer_dsn: str) -> None:
+def _open_through(dsn: str, is_async: bool, **kw: Any) -> None:
+    """from_conn_string(dsn, **kw) opened and closed, sync or async."""
+    if is_async:
+        async def main() -> None:
+            async with AsyncDeltaPostgresSaver.from_conn_string(dsn, **kw):
+                pass
+
+        asyncio.run(main())
+    else:
+        with DeltaPostgresSaver.from_conn_string(dsn, **kw):
+            pass
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_from_conn_string_default_prepare_threshold_is_refused(
+    bouncer_dsn: str, is_async: bool
+) -> None:
     """With the default prepare_threshold, from_conn_string sends generic-plan settings
     as the ``options`` startup parameter, which PgBouncer 1.18 rejects at connect: the
     failure is immediate, names the parameter and says what to do (docs/poolers.md;
-    issue 38: it was PgBouncer's message alone)."""
+    issue 38: it was PgBouncer's message alone), sync and async, pool or not."""
     for pool_size in (None, 2):
+        started = time.monotonic()
         with pytest.raises(psycopg.OperationalError,
                            match="unsupported startup parameter: options") as e:
-            with DeltaPostgresSaver.from_conn_string(bouncer_dsn, pool_size=pool_size):
-                pass
-        assert "prepare_threshold=None" in str(e.value)
-        assert "ignore_startup_parameters" in str(e.value)
+            _open_through(bouncer_dsn, is_async, pool_size=pool_size)
+        assert time.monotonic() - started < 5.0  # not a pool's PoolTimeout
+        msg = str(e.value)
+        assert "prepare_threshold=None" in msg
+        assert "plan_cache_mode=force_generic_plan" in msg  # what the saver sends
+        # what the pooler setting does: PgBouncer drops the parameter, it passes nothing
+        assert "ignore_startup_parameters = extra_float_digits,options" in msg
+        assert "plan with the server's defaults" in msg
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_options_of_the_dsn_are_named_as_the_cause(
+    bouncer_dsn: str, is_async: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With prepare_threshold=None the saver sends no ``options``: when PgBouncer still
+    refuses one, it came from the connection string or PGOPTIONS, and the error says so
+    instead of advising the prepare_threshold=None already passed (issue 38)."""
+    with_options = psycopg.conninfo.make_conninfo(bouncer_dsn, options="-c jit=off")
+    cases: list[tuple[str, dict[str, str]]] = [(with_options, {}),
+                                               (bouncer_dsn, {"PGOPTIONS": "-c jit=off"})]
+    for dsn, env in cases:
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        for pool_size in (None, 2):
+            with pytest.raises(psycopg.OperationalError,
+                               match="unsupported startup parameter: options") as e:
+                _open_through(dsn, is_async, pool_size=pool_size, prepare_threshold=None)
+            msg = str(e.value)
+            assert "the connection string (`options=`) or the PGOPTIONS" in msg, msg
+            assert "pass prepare_threshold=None" not in msg
+            assert "ignore_startup_parameters" in msg
+    # without them, the same DSN passes
+    monkeypatch.delenv("PGOPTIONS")
+    _open_through(bouncer_dsn, is_async, pool_size=2, prepare_threshold=None)
+
+
+def test_ignored_options_connect_and_plan_with_server_defaults(
+    pgbouncer: Bouncer, pg_server: PgServer, dsn: str
+) -> None:
+    """What the error's other advice does: a PgBouncer (session mode) with
+    ``ignore_startup_parameters = extra_float_digits,options`` lets from_conn_string's
+    default connect, and drops the generic-plan settings (the server's defaults plan),
+    as the error and docs/poolers.md say; the saver works."""
+    settings = {"ignore_startup_parameters": "extra_float_digits,options"}
+    with start_bouncer(pg_server, "session", settings) as other:
+        assert isinstance(other, Bouncer), other  # the pgbouncer fixture found the binary
+        through = other.dsn_for(str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]))
+        with DeltaPostgresSaver.from_conn_string(through) as saver:
+            assert isinstance(saver.conn, psycopg.Connection)
+            row = saver.conn.execute("SHOW plan_cache_mode").fetchone()
+            assert row is not None and row[0] == "auto"
+            saver.setup()  # migrated: nothing to do
+            config = saver.put(
+                {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
+                empty_checkpoint(), {"step": 0}, {},
+            )
+            assert saver.get_tuple(config) is not None
 
 
 def test_default_prepare_threshold_breaks_two_clients(pgbouncer: Bouncer, bouncer_dsn: str) -> None:

@@ -66,7 +66,7 @@ def _run_as(server_host: str) -> int | None:
     return pwd.getpwnam("postgres").pw_uid
 
 
-def _ini(server: dict[str, str], workdir: str, mode: str) -> str:
+def _ini(server: dict[str, str], workdir: str, mode: str, settings: dict[str, str]) -> str:
     target = {
         "host": server.get("host") or "localhost",
         "port": server.get("port") or "5432",
@@ -92,12 +92,15 @@ max_client_conn = 200
 log_connections = 0
 log_disconnections = 0
 pidfile = {workdir}/pgbouncer.pid
-"""
+""" + "".join(f"{k} = {v}\n" for k, v in settings.items())
 
 
 @contextlib.contextmanager
-def start_bouncer(pg: PgServer, mode: str = "transaction") -> Iterator[Bouncer | str]:
-    """Yield a running PgBouncer in front of ``pg``, or a string saying why none runs."""
+def start_bouncer(
+    pg: PgServer, mode: str = "transaction", settings: dict[str, str] | None = None
+) -> Iterator[Bouncer | str]:
+    """Yield a running PgBouncer in front of ``pg``, or a string saying why none runs.
+    ``settings``: more lines of its ``[pgbouncer]`` section."""
     binary = _binary()
     if binary is None:
         yield "no pgbouncer binary (Debian: apt-get install pgbouncer)"
@@ -114,7 +117,7 @@ def start_bouncer(pg: PgServer, mode: str = "transaction") -> Iterator[Bouncer |
         f.write(f'"{server["user"]}" ""\n')
     ini = os.path.join(workdir, "pgbouncer.ini")
     with open(ini, "w") as f:
-        f.write(_ini(server, workdir, mode))
+        f.write(_ini(server, workdir, mode, settings or {}))
     if uid is not None:
         for p in (workdir, ini, os.path.join(workdir, "users.txt")):
             os.chown(p, uid, -1)

@@ -26,7 +26,7 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -249,3 +249,43 @@ def empty_dsn(pg_server: PgServer) -> Iterator[str]:
         yield pg_server.dsn_for(name)
     finally:
         pg_server.drop_db(name)
+
+
+@pytest.fixture
+def password_role(pg_server: PgServer) -> Iterator[tuple[str, str]]:
+    """A login role with a password, and a pg_hba.conf that asks for it: the embedded
+    Postgres (pgserver) is initdb'd with trust only, so when the test can write the
+    server's pg_hba.conf (the embedded one: same OS user) it puts lines for this role
+    first and reloads; a server it cannot change (Docker, $LGDP_TEST_DSN) is used as it
+    is, and the test is skipped if that server lets a wrong password in. (Used by
+    tests/unit/test_cli.py and tests/integration/test_bad_input.py.)"""
+    role = f"lgdp_pw_{uuid.uuid4().hex[:8]}"
+    ours = f"local all {role} scram-sha-256\nhost all {role} all scram-sha-256\n"
+    with pg_server.admin() as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'right-password'")
+        hba = str(conn.execute("SHOW hba_file").fetchone()[0])  # type: ignore[index]
+        edits = os.access(hba, os.W_OK)
+        if edits:  # other sessions on this server may edit it too: add only our lines
+            _edit_hba(hba, lambda text: ours + text)
+            conn.execute("SELECT pg_reload_conf()")
+    try:
+        yield role, "right-password"
+    finally:
+        with pg_server.admin() as conn:
+            if edits:
+                _edit_hba(hba, lambda text: text.replace(ours, ""))
+                conn.execute("SELECT pg_reload_conf()")
+            conn.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+def _edit_hba(path: str, change: Callable[[str], str]) -> None:
+    """Rewrite pg_hba.conf under an exclusive lock (sessions running at once each add
+    and remove their own lines)."""
+    import fcntl
+
+    with open(path, "r+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        text = change(f.read())
+        f.seek(0)
+        f.write(text)
+        f.truncate()

@@ -7,9 +7,7 @@ import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
@@ -81,6 +79,18 @@ def test_status_of_a_schema_that_does_not_exist(empty_dsn: str) -> None:
         conn.execute("CREATE SCHEMA no_such_schema")
     res = run("status", "--schema", "no_such_schema", "--dsn", empty_dsn)
     assert res.returncode == EXIT_PENDING and "does not exist" not in res.stderr
+
+
+def test_migrate_into_a_system_schema_is_refused(empty_dsn: str) -> None:
+    """``migrate --schema information_schema`` made the tables in that system schema
+    (issue 38): a usage error now (exit 2, no traceback), nothing created."""
+    for schema in ("information_schema", "pg_catalog"):
+        res = run("migrate", "--schema", schema, "--dsn", empty_dsn)
+        assert res.returncode == 2, res.stderr
+        assert "is a Postgres system schema" in res.stderr and "Traceback" not in res.stderr
+    with psycopg.connect(empty_dsn) as conn:
+        found = conn.execute("SELECT to_regclass('information_schema.checkpoints')").fetchone()
+        assert found == (None,)
 
 
 QUOTED = 'we"ird sch\u00e9ma'
@@ -176,45 +186,6 @@ def test_a_role_postgres_refuses_is_reported_with_its_words(dsn: str) -> None:
         assert "does not exist" in lines[0] and "check the user name" in lines[0]
 
 
-@pytest.fixture
-def password_role(pg_server: Any) -> Iterator[tuple[str, str]]:
-    """A login role with a password, and a pg_hba.conf that asks for it: the embedded
-    Postgres (pgserver) is initdb'd with trust only, so when the test can write the
-    server's pg_hba.conf (the embedded one: same OS user) it puts lines for this role
-    first and reloads; a server it cannot change (Docker, $LGDP_TEST_DSN) is used as it
-    is, and the test is skipped if that server lets a wrong password in."""
-    role = f"lgdp_pw_{uuid.uuid4().hex[:8]}"
-    ours = f"local all {role} scram-sha-256\nhost all {role} all scram-sha-256\n"
-    with pg_server.admin() as conn:
-        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'right-password'")
-        hba = str(conn.execute("SHOW hba_file").fetchone()[0])  # type: ignore[index]
-        edits = os.access(hba, os.W_OK)
-        if edits:  # other sessions on this server may edit it too: add only our lines
-            _edit_hba(hba, lambda text: ours + text)
-            conn.execute("SELECT pg_reload_conf()")
-    try:
-        yield role, "right-password"
-    finally:
-        with pg_server.admin() as conn:
-            if edits:
-                _edit_hba(hba, lambda text: text.replace(ours, ""))
-                conn.execute("SELECT pg_reload_conf()")
-            conn.execute(f"DROP ROLE IF EXISTS {role}")
-
-
-def _edit_hba(path: str, change: Any) -> None:
-    """Rewrite pg_hba.conf under an exclusive lock (sessions running at once each add
-    and remove their own lines)."""
-    import fcntl
-
-    with open(path, "r+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        text = change(f.read())
-        f.seek(0)
-        f.write(text)
-        f.truncate()
-
-
 def test_a_wrong_password_is_reported_with_postgres_words(
     dsn: str, password_role: tuple[str, str]
 ) -> None:
@@ -253,3 +224,33 @@ def test_a_closed_pipe_is_no_traceback(empty_dsn: str, command: str) -> None:
         os.close(write)
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
     assert done.returncode == 141, (done.returncode, done.stderr)
+
+
+@pytest.mark.parametrize("fmt", [[], ["--json"]], ids=["text", "json"])
+def test_inspect_piped_into_head(dsn: str, fmt: list[str]) -> None:
+    """``langgraph-delta-pg inspect --thread T | head -1`` as a shell runs it: a real
+    ``head`` reads the first line and exits while inspect is still writing (a thread of
+    1,000 namespaces prints ~100 kB, more than a pipe holds), so inspect's next write
+    meets a closed pipe. head prints the line; inspect ends without a traceback, with
+    exit 141 (docs/api.md); it was a BrokenPipeError traceback, or exit 120 (issue 38)."""
+    head = shutil.which("head")
+    if head is None:
+        pytest.skip("no head(1) here")
+    with DeltaPostgresSaver.from_conn_string(dsn) as saver:
+        for i in range(1000):
+            ns = f"ns{i:05}" if i else ""
+            saver.put({"configurable": {"thread_id": "big", "checkpoint_ns": ns}},
+                      empty_checkpoint(), {"step": 0}, {})
+    cmd = subprocess.Popen(
+        [sys.executable, "-m", "langgraph_delta_postgres", "inspect", "--thread", "big",
+         "--dsn", dsn, *fmt],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    assert cmd.stdout is not None and cmd.stderr is not None
+    first = subprocess.run([head, "-1"], stdin=cmd.stdout, capture_output=True, timeout=120)
+    cmd.stdout.close()  # head has exited: inspect's pipe has no reader left
+    err = cmd.stderr.read().decode()
+    cmd.stderr.close()
+    assert cmd.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "BrokenPipe" not in err and err == "", err
+    assert first.stdout.decode() == ("{\n" if fmt else "thread 'big'\n")
