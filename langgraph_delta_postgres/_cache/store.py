@@ -38,6 +38,7 @@ Which threads get a bucket and which buckets go: :mod:`.policy`.
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -66,25 +67,49 @@ SeedAt = dict[str, tuple[str | None, bytes | None, Any]]
 NewWrites = dict[str, list[tuple[str, list[Any]]]]
 
 
+#: the young-generation threshold gc_paused sets: no automatic collection starts while
+#: it holds (a collection is due after this many more allocations than deallocations)
+_PAUSED_THRESHOLD = 2**31 - 1
+_pause_lock = threading.Lock()
+#: calls inside gc_paused now (any thread), and the thresholds the first one found
+_pause_depth = 0
+_pause_saved: tuple[int, ...] | None = None
+
+
 @contextmanager
 def gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector paused while an answer's objects are made.
+    """No automatic cyclic garbage collection while an answer's objects are made.
 
     An answer is thousands of new container objects (messages, their dicts and lists).
     Made with the collector on, they trigger collection after collection, each scanning
     every object the process holds: measured on the benchmark's resume loop (45 answers
     kept alive, as a caller holding states does), the loop took twice as long with the
     collector on as with it off. Paused, they are scanned once, by the first collection
-    after. Only resumed if it was on (an application that turned it off keeps it off);
-    process-wide, so another thread allocating meanwhile just collects a little later."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
+    after (the pause moves that collection, it does not remove it).
+
+    It raises the young generation's threshold instead of calling ``gc.disable()``, so
+    it never changes whether the collector is enabled: an application that turns it off
+    (before or during the call) keeps it off, one that turns it on keeps it on. Calls
+    overlap correctly across threads and tasks: the first one in saves the thresholds,
+    the last one out restores them, unless the application set other thresholds
+    meanwhile (then its own stay). An explicit ``gc.collect()`` still runs."""
+    global _pause_depth, _pause_saved
+    with _pause_lock:
+        if _pause_depth == 0:
+            saved = gc.get_threshold()
+            if saved[0] != 0:  # 0: automatic collection is off already
+                _pause_saved = saved
+                gc.set_threshold(_PAUSED_THRESHOLD, *saved[1:])
+        _pause_depth += 1
     try:
         yield
     finally:
-        gc.enable()
+        with _pause_lock:
+            _pause_depth -= 1
+            if _pause_depth == 0 and _pause_saved is not None:
+                if gc.get_threshold()[0] == _PAUSED_THRESHOLD:  # nobody set others since
+                    gc.set_threshold(*_pause_saved)
+                _pause_saved = None
 
 
 @dataclass(slots=True, frozen=True)
