@@ -21,17 +21,20 @@ calls it knows (``aget_tuple``, ``aput``, ``aprune``, ``acopy_thread``, ...) but
 ``BaseCheckpointSaver``'s walk, one ``aget_tuple`` per ancestor instead of one statement.
 :func:`patch_agent_server_adapter` (called by :func:`checkpointer`; call it yourself in a
 ``checkpointer.py`` of your own) makes that adapter forward the history calls to the
-wrapped saver. It patches only the ``langgraph-api`` versions it was tested with
-(:data:`TESTED_LANGGRAPH_API`); on any other version it warns once and changes nothing,
-so the server still works, only slower on ``DeltaChannel`` loads.
+wrapped saver. It patches by the adapter's shape, not by version: whatever the
+``langgraph-api`` version, it patches only an adapter class that has everything the patch
+relies on (see :func:`patch_agent_server_adapter`); on any other shape it warns once and
+changes nothing, so the server still works, only slower on ``DeltaChannel`` loads.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import inspect
+import logging
 import os
-import re
+import types
 import warnings
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
@@ -58,42 +61,142 @@ PREPARE_THRESHOLD_ENV = "LANGGRAPH_DELTA_PG_PREPARE_THRESHOLD"
 DEFAULT_POOL_SIZE = 10
 DEFAULT_PREPARE_THRESHOLD = 5
 
-#: ``langgraph-api`` versions whose ``_CustomCheckpointerAdapter`` the patch was tested
-#: on: ``low <= version < high``.
+#: Deprecated: no longer consulted. It was the range of ``langgraph-api`` versions
+#: (``low <= version < high``) the adapter patch applied to; the patch now goes by the
+#: adapter's shape on any version (see :func:`patch_agent_server_adapter`), and CI runs
+#: the Agent Server tests on the lowest version the ``server`` extra allows and on the
+#: newest release and pre-release of the index. Kept so that imports of it still work.
 TESTED_LANGGRAPH_API: tuple[tuple[int, ...], tuple[int, ...]] = ((0, 16, 7), (0, 17))
 
+log = logging.getLogger("langgraph_delta_postgres")
+
 _MARK = "_langgraph_delta_postgres_forwarding"
+_HISTORY_METHODS = ("aget_delta_channel_history", "get_delta_channel_history")
+#: The signature of the base-class methods the patch replaces, and of its replacements.
+_HISTORY_PARAMETERS = (
+    ("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+    ("config", inspect.Parameter.KEYWORD_ONLY),
+    ("channels", inspect.Parameter.KEYWORD_ONLY),
+)
+#: The adapter's attribute that holds the saver it wraps.
+_INNER = "_inner"
+#: What a server without the patch pays, named in every warning.
+_COST = (
+    "Without forwarding, DeltaChannel loads in the server walk one aget_tuple per ancestor "
+    "(BaseCheckpointSaver's generic history) instead of one history statement: the same "
+    "results, more slowly (a get_state on a 30-turn thread: 121 statements instead of 1; "
+    "docs/agent-server.md)"
+)
 _warned = False
 
 
-def _version_tuple(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in text.split("."):
-        m = re.match(r"\d+", piece)
-        if m is None:
-            break
-        parts.append(int(m.group()))
-        if m.end() < len(piece):  # 0.17.0rc1: stop at the pre-release tag
-            break
-    return tuple(parts)
-
-
 def _warn_once(message: str) -> None:
+    """A WARNING on the package logger and a RuntimeWarning, once per process."""
     global _warned
     if not _warned:
         _warned = True
+        log.warning(message)
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
-def _overrides(inner: Any, name: str) -> bool:
-    return getattr(type(inner), name, None) is not getattr(BaseCheckpointSaver, name)
+def _owner(cls: type, name: str) -> type | None:
+    """The class of ``cls``'s MRO whose own namespace defines ``name``."""
+    return next((k for k in cls.__mro__ if name in vars(k)), None)
+
+
+def _code_names(func: Any) -> frozenset[str] | None:
+    """The attribute and global names a function's code uses (nested functions and
+    comprehensions included), or ``None`` when it is not Python code."""
+    try:
+        func = inspect.unwrap(func)
+    except ValueError:
+        return None
+    code = getattr(func, "__code__", None)
+    if not isinstance(code, types.CodeType):
+        return None
+    names: set[str] = set()
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    return frozenset(names)
+
+
+def _forwards(func: Any, name: str) -> bool:
+    """Whether ``func`` (an adapter's own ``name``) calls ``self._inner.<name>``: its code
+    names both the wrapped saver's attribute and the method (or it is this module's)."""
+    if func in (_aget_delta_channel_history, _get_delta_channel_history):
+        return True  # ours, inherited from a class this module patched
+    names = _code_names(func)
+    return names is not None and _INNER in names and name in names
+
+
+def _parameters(func: Any) -> tuple[tuple[str, Any], ...] | None:
+    try:
+        sig = inspect.signature(func)
+    except (TypeError, ValueError):
+        return None
+    return tuple((p.name, p.kind) for p in sig.parameters.values())
+
+
+#: Verdicts of :func:`_adapter_shape`.
+_PATCH, _FORWARDS, _UNKNOWN = "patch", "forwards", "unknown"
+
+
+def _adapter_shape(cls: Any) -> tuple[str, str]:
+    """What :func:`patch_agent_server_adapter` may do with the adapter class ``cls``:
+    ``(_PATCH, "")``, ``(_FORWARDS, why)`` (it forwards the history calls itself: nothing
+    to do) or ``(_UNKNOWN, why)`` (leave it alone and warn). See the function's docs."""
+    if not isinstance(cls, type) or not issubclass(cls, BaseCheckpointSaver):
+        return _UNKNOWN, "its _CustomCheckpointerAdapter is missing or not a BaseCheckpointSaver"
+    own = [n for n in _HISTORY_METHODS if _owner(cls, n) is not BaseCheckpointSaver]
+    if own:
+        if len(own) == len(_HISTORY_METHODS) and all(
+            _forwards(getattr(cls, n), n) for n in own
+        ):
+            return _FORWARDS, f"its adapter forwards {' and '.join(own)} to self.{_INNER} itself"
+        return _UNKNOWN, (
+            f"its adapter defines {' and '.join(own)} itself, not both as a call of "
+            f"self.{_INNER}.<method> that this package recognises as forwarding"
+        )
+    for name in ("__init__", "aget_tuple"):
+        names = _code_names(getattr(cls, name, None))
+        if names is None or _INNER not in names:
+            return _UNKNOWN, (
+                f"its adapter's {name} does not use self.{_INNER} (the wrapped saver "
+                "the patch forwards to)"
+            )
+    for name in _HISTORY_METHODS:
+        params = _parameters(getattr(cls, name))
+        if params != _HISTORY_PARAMETERS:
+            return _UNKNOWN, (
+                f"its adapter's inherited {name} does not have the signature "
+                "(self, *, config, channels) the patch replaces it with"
+            )
+    return _PATCH, ""
+
+
+def _inner_saver(adapter: Any, name: str) -> Any:
+    """The wrapped saver when it overrides ``name``, else ``None`` (the base-class walk
+    then runs on the adapter). Read without the adapter's ``__getattr__``, which
+    delegates to ``self._inner`` and would recurse if it were missing."""
+    try:
+        inner = object.__getattribute__(adapter, _INNER)
+    except AttributeError:
+        return None
+    if not isinstance(inner, BaseCheckpointSaver):
+        return None
+    if getattr(type(inner), name, None) is getattr(BaseCheckpointSaver, name):
+        return None
+    return inner
 
 
 async def _aget_delta_channel_history(
     self: Any, *, config: RunnableConfig, channels: Sequence[str]
 ) -> Mapping[str, DeltaChannelHistory]:
-    inner = self._inner
-    if _overrides(inner, "aget_delta_channel_history"):
+    inner = _inner_saver(self, "aget_delta_channel_history")
+    if inner is not None:
         return await inner.aget_delta_channel_history(  # type: ignore[no-any-return]
             config=config, channels=channels
         )
@@ -105,8 +208,8 @@ async def _aget_delta_channel_history(
 def _get_delta_channel_history(
     self: Any, *, config: RunnableConfig, channels: Sequence[str]
 ) -> Mapping[str, DeltaChannelHistory]:
-    inner = self._inner
-    if _overrides(inner, "get_delta_channel_history"):
+    inner = _inner_saver(self, "get_delta_channel_history")
+    if inner is not None:
         return inner.get_delta_channel_history(  # type: ignore[no-any-return]
             config=config, channels=channels
         )
@@ -118,43 +221,57 @@ def patch_agent_server_adapter() -> bool:
     and ``get_delta_channel_history`` to the saver it wraps (when that saver overrides
     them). Idempotent. Returns whether the adapter forwards them now.
 
+    It goes by the shape of ``langgraph_api._checkpointer._adapter._CustomCheckpointerAdapter``,
+    on any ``langgraph-api`` version. It patches the class when everything the patch
+    relies on holds:
+
+    - the class exists and subclasses ``BaseCheckpointSaver``;
+    - it defines neither history method itself (both are ``BaseCheckpointSaver``'s);
+    - its ``__init__`` and its ``aget_tuple`` use ``self._inner`` (their code names it:
+      the adapter keeps the wrapped saver there and forwards reads to it);
+    - the inherited methods have the signature ``(self, *, config, channels)``.
+
+    An adapter that defines both history methods itself, each calling
+    ``self._inner.<the same method>`` (its code names ``_inner`` and the method), already
+    forwards them: nothing is patched and the answer is ``True``, without a warning. Any
+    other shape (one method defined, or defined without such a call; no ``_inner``;
+    another signature; a class that is missing or cannot be imported) is left alone: a
+    WARNING on the ``langgraph_delta_postgres`` logger and a ``RuntimeWarning``, once per
+    process, name the cost (DeltaChannel loads walk one ``aget_tuple`` per ancestor
+    instead of one statement), and the answer is ``False``. The server works either way.
+
     Without ``langgraph-api`` installed there is nothing to patch (``False``, silently).
-    On a version outside :data:`TESTED_LANGGRAPH_API`, or one whose adapter does not have
-    the expected shape, it warns once (``RuntimeWarning``) and changes nothing.
+    :data:`TESTED_LANGGRAPH_API` is no longer consulted.
     """
     try:
         version = importlib.metadata.version("langgraph-api")
     except importlib.metadata.PackageNotFoundError:
         return False
-    low, high = TESTED_LANGGRAPH_API
-    lo_s, hi_s = ".".join(map(str, low)), ".".join(map(str, high))
-    if not (low <= _version_tuple(version) < high):
-        _warn_once(
-            f"langgraph-delta-postgres: langgraph-api {version} is outside the versions the "
-            f"checkpointer adapter patch was tested with (>={lo_s},<{hi_s}); not patching it. "
-            "DeltaChannel loads in the server then walk one aget_tuple per ancestor "
-            "instead of one history statement; the results are the same."
-        )
-        return False
     try:
         from langgraph_api._checkpointer import _adapter
     except ImportError as e:
         _warn_once(
-            f"langgraph-delta-postgres: cannot import langgraph-api's checkpointer adapter "
-            f"({e}); not patching it (DeltaChannel loads in the server stay slower)"
+            f"langgraph-delta-postgres: cannot import langgraph-api {version}'s checkpointer "
+            f"adapter ({e}); not patching it. {_COST}."
         )
         return False
     cls = getattr(_adapter, "_CustomCheckpointerAdapter", None)
-    if not isinstance(cls, type) or not issubclass(cls, BaseCheckpointSaver):
+    if isinstance(cls, type) and vars(cls).get(_MARK, False):
+        return True
+    verdict, why = _adapter_shape(cls)
+    if verdict == _FORWARDS:
+        log.info("langgraph-delta-postgres: langgraph-api %s: %s; not patching it", version, why)
+        return True
+    if verdict == _UNKNOWN:
         _warn_once(
-            f"langgraph-delta-postgres: langgraph-api {version} has no "
-            "_CustomCheckpointerAdapter; not patching it"
+            f"langgraph-delta-postgres: langgraph-api {version}'s checkpointer adapter is not "
+            f"of the shape the patch relies on ({why}); not patching it. {_COST}."
         )
         return False
-    if not getattr(cls, _MARK, False):
-        cls.aget_delta_channel_history = _aget_delta_channel_history  # type: ignore[method-assign]
-        cls.get_delta_channel_history = _get_delta_channel_history  # type: ignore[method-assign]
-        setattr(cls, _MARK, True)
+    assert cls is not None
+    cls.aget_delta_channel_history = _aget_delta_channel_history
+    cls.get_delta_channel_history = _get_delta_channel_history
+    setattr(cls, _MARK, True)
     return True
 
 

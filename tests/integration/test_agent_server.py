@@ -131,7 +131,7 @@ async def test_get_state_and_history_page_through_the_server_adapter(
     adapter: Any, bare: AsyncDeltaPostgresSaver
 ) -> None:
     thread = f"srv-{uuid.uuid4().hex[:8]}"
-    assert getattr(type(adapter), ag._MARK) is True
+    assert vars(type(adapter)).get(ag._MARK) is True, "the server adapter was not patched"
     await _run(_graph(adapter), thread, TURNS)
 
     # get_state: the same statements and values as the bare saver on the same thread.
@@ -225,27 +225,51 @@ async def test_prune_copy_and_run_delete_through_the_server_adapter(adapter: Any
 
 @pytest.fixture
 def unpatched(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """The server's adapter class as langgraph-api ships it (restored afterwards)."""
+    """The server's adapter class as langgraph-api ships it; afterwards exactly as it was
+    before the test, whatever the test patched. It removes only this package's own
+    attributes (a server's method is never deleted: ``delattr`` of an inherited method
+    fails), so its tests pass alone, in any order, patched class or not."""
     _, _adapter = _server_modules()
     cls = _adapter._CustomCheckpointerAdapter
-    for name in ("aget_delta_channel_history", "get_delta_channel_history", ag._MARK):
-        if name in vars(cls):  # a patch of ours (an inherited method is the server's own)
-            monkeypatch.delattr(cls, name)
+    ours = {ag._MARK, ag._HISTORY_METHODS[0], ag._HISTORY_METHODS[1]}
+    ours_values = (ag._aget_delta_channel_history, ag._get_delta_channel_history, True)
+
+    def own_patches() -> dict[str, Any]:
+        return {n: v for n, v in vars(cls).items() if n in ours and v in ours_values}
+
+    before = own_patches()
+    for name in before:
+        delattr(cls, name)
     monkeypatch.setattr(ag, "_warned", False)
-    yield cls
+    try:
+        yield cls
+    finally:
+        for name in own_patches():
+            delattr(cls, name)
+        for name, value in before.items():
+            setattr(cls, name, value)
 
 
-def test_untested_langgraph_api_version_warns_once_and_patches_nothing(
+def test_the_installed_adapter_has_the_shape_the_patch_relies_on(unpatched: Any) -> None:
+    assert ag._adapter_shape(unpatched) == (ag._PATCH, "")
+
+
+def test_any_version_of_that_shape_is_patched(
     unpatched: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Neither the version number nor the former cap gates the patch (issue 37).
+    import importlib.metadata
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(
+        importlib.metadata, "version",
+        lambda name: "99.0.dev1" if name == "langgraph-api" else real(name),
+    )
     monkeypatch.setattr(ag, "TESTED_LANGGRAPH_API", ((0, 1), (0, 2)))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert ag.patch_agent_server_adapter() is False
-        assert ag.patch_agent_server_adapter() is False
-    assert len(caught) == 1
-    assert "outside the versions" in str(caught[0].message)
-    assert "aget_delta_channel_history" not in unpatched.__dict__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert ag.patch_agent_server_adapter() is True
+    assert unpatched.__dict__["aget_delta_channel_history"] is ag._aget_delta_channel_history
 
 
 def test_without_langgraph_api_there_is_nothing_to_patch(
@@ -267,7 +291,7 @@ def test_without_langgraph_api_there_is_nothing_to_patch(
     assert "aget_delta_channel_history" not in unpatched.__dict__
 
 
-def test_tested_version_patches_once(unpatched: Any) -> None:
+def test_the_installed_version_patches_once(unpatched: Any) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert ag.patch_agent_server_adapter() is True
