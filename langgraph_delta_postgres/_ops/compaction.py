@@ -114,7 +114,11 @@ def op_compact_ns(
     if to_store and not dry_run:
         dumped = []
         for ch in to_store:
-            channel = specs[ch].from_checkpoint(history[ch].get("seed"))
+            spec = specs[ch]
+            # no seed: the empty value, as from_checkpoint(MISSING) makes it (MISSING is
+            # private to langgraph; langgraph 1.2.0 reads None as a plain value None)
+            seed = history[ch]["seed"] if "seed" in history[ch] else spec.typ()
+            channel = spec.from_checkpoint(seed)
             channel.replay_writes(history[ch]["writes"])
             dumped.append(ctx.serde.dumps_typed(_DeltaSnapshot(channel.get())))
         yield Stmt(
