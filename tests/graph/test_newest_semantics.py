@@ -1,5 +1,6 @@
 """The DeltaChannel semantics that changed inside the langgraph versions we support, on
-real graphs, read equal to InMemorySaver on the lowest LangGraph CI installs and the newest (written against 1.2.0, CI's lowest until 1.2.13 became the floor).
+real graphs, read equal to InMemorySaver on the lowest LangGraph CI installs and the
+newest (written against 1.2.0, CI's lowest until 1.2.13 became the floor).
 
 What changed between langgraph 1.2.0 and the newest 1.2.x, and what each case runs:
 
