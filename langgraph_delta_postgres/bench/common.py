@@ -9,7 +9,7 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +93,53 @@ def official_pooled(n: int) -> str:
 def official_pool_kwargs() -> dict[str, Any]:
     """The connection settings of the official saver's pools (its documentation's)."""
     return {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+
+
+@contextlib.contextmanager
+def open_saver(name: str, dsn: str, pool: int | None) -> Iterator[Any]:
+    """A sync saver as its users open it: ours (``"ours"``) by ``from_conn_string``
+    (``pool_size=pool`` for a pool); the official one by its ``from_conn_string`` (one
+    connection) or, for a pool, which its ``from_conn_string`` does not open, on a
+    ``ConnectionPool`` of ``pool`` with :func:`official_pool_kwargs`, filled first."""
+    if name == "ours":
+        with DeltaPostgresSaver.from_conn_string(dsn, pool_size=pool) as s:
+            yield s
+        return
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    if pool is None:
+        with PostgresSaver.from_conn_string(dsn) as off:
+            yield off
+        return
+    from psycopg_pool import ConnectionPool
+
+    with ConnectionPool(dsn, min_size=pool, max_size=pool, kwargs=official_pool_kwargs(),
+                        open=True) as p:
+        p.wait(timeout=60)
+        yield PostgresSaver(p)  # type: ignore[arg-type]
+
+
+@contextlib.asynccontextmanager
+async def aopen_saver(name: str, dsn: str, pool: int | None) -> AsyncIterator[Any]:
+    """:func:`open_saver` for the async savers."""
+    if name == "ours":
+        from langgraph_delta_postgres.aio import AsyncDeltaPostgresSaver
+
+        async with AsyncDeltaPostgresSaver.from_conn_string(dsn, pool_size=pool) as s:
+            yield s
+        return
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+    if pool is None:
+        async with AsyncPostgresSaver.from_conn_string(dsn) as off:
+            yield off
+        return
+    from psycopg_pool import AsyncConnectionPool
+
+    async with AsyncConnectionPool(dsn, min_size=pool, max_size=pool, open=False,
+                                   kwargs=official_pool_kwargs()) as p:
+        await p.wait(timeout=60)
+        yield AsyncPostgresSaver(p)  # type: ignore[arg-type]
 
 
 class NewSavers:

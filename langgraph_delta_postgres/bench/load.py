@@ -49,7 +49,7 @@ import statistics
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,8 +62,9 @@ from langgraph_delta_postgres.bench.workloads import build_graph, run_turns, use
 from .common import (
     OFFICIAL_POOL_KWARGS,
     ONE_CONNECTION,
-    official_pool_kwargs,
+    aopen_saver,
     official_pooled,
+    open_saver,
     pooled,
 )
 
@@ -302,50 +303,6 @@ def opened(saver: str, mode: str, size: int | None) -> str:
         "ConnectionPool", "AsyncConnectionPool" if mode == "asyncio" else "ConnectionPool")
 
 
-@contextlib.contextmanager
-def _open_sync(saver: str, dsn: str, size: int | None) -> Iterator[Any]:
-    """The saver as its users open it: ours by ``from_conn_string`` (with
-    ``pool_size=size`` for a pool), the official one by its ``from_conn_string`` (one
-    connection) or, for a pool, which its ``from_conn_string`` does not open, on a
-    ``ConnectionPool`` of ``size`` with the connection settings its documentation gives."""
-    if saver == "ours":
-        from langgraph_delta_postgres import DeltaPostgresSaver
-
-        with DeltaPostgresSaver.from_conn_string(dsn, pool_size=size) as s:
-            yield s
-        return
-    from langgraph.checkpoint.postgres import PostgresSaver
-
-    if size is None:
-        with PostgresSaver.from_conn_string(dsn) as off:
-            yield off
-        return
-    from psycopg_pool import ConnectionPool
-
-    with ConnectionPool(dsn, min_size=size, max_size=size, kwargs=official_pool_kwargs(),
-                        open=True) as pool:
-        pool.wait(timeout=60)
-        yield PostgresSaver(pool)  # type: ignore[arg-type]
-
-
-@contextlib.asynccontextmanager
-async def _open_async(saver: str, dsn: str, size: int) -> AsyncIterator[Any]:
-    """:func:`_open_sync` for the async savers (always on a pool)."""
-    if saver == "ours":
-        from langgraph_delta_postgres.aio import AsyncDeltaPostgresSaver
-
-        async with AsyncDeltaPostgresSaver.from_conn_string(dsn, pool_size=size) as s:
-            yield s
-        return
-    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-    from psycopg_pool import AsyncConnectionPool
-
-    async with AsyncConnectionPool(dsn, min_size=size, max_size=size,
-                                   kwargs=official_pool_kwargs(), open=False) as pool:
-        await pool.wait(timeout=60)
-        yield AsyncPostgresSaver(pool)  # type: ignore[arg-type]
-
-
 @dataclass
 class RunSpec:
     mode: str
@@ -517,7 +474,7 @@ def run_threads(server: Server, spec: RunSpec) -> dict[str, Any]:
     from concurrent.futures import ThreadPoolExecutor
 
     size = min(spec.sessions, POOL_CAP)
-    with _open_sync(spec.saver, spec.dsn, size) as saver:
+    with open_saver(spec.saver, spec.dsn, size) as saver:
         pids = _warm_sync(saver, spec, size, 0)
         g = build_graph(spec.workload, saver)
         _first_turns_sync(g, spec, list(range(spec.sessions)))
@@ -542,7 +499,7 @@ def run_asyncio(server: Server, spec: RunSpec) -> dict[str, Any]:
     size = min(spec.sessions, POOL_CAP)
 
     async def main() -> dict[str, Any]:
-        async with _open_async(spec.saver, spec.dsn, size) as saver:
+        async with aopen_saver(spec.saver, spec.dsn, size) as saver:
             pids = await _warm_async(saver, spec, size, 0)
             g = build_graph(spec.workload, saver)
             await _first_turns_async(g, spec, list(range(spec.sessions)))
@@ -642,7 +599,7 @@ def _client_threads(spec: RunSpec, sessions: list[int], size: int, warm0: int,
                     pipe: Any) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    with _open_sync(spec.saver, spec.dsn, size) as saver:
+    with open_saver(spec.saver, spec.dsn, size) as saver:
         pids = _warm_sync(saver, spec, size, warm0)
         g = build_graph(spec.workload, saver)
         _first_turns_sync(g, spec, sessions)
@@ -662,7 +619,7 @@ def _client_threads(spec: RunSpec, sessions: list[int], size: int, warm0: int,
 async def _client_async(spec: RunSpec, sessions: list[int], size: int, warm0: int,
                         pipe: Any) -> None:
     loop = asyncio.get_running_loop()
-    async with _open_async(spec.saver, spec.dsn, size) as saver:
+    async with aopen_saver(spec.saver, spec.dsn, size) as saver:
         pids = await _warm_async(saver, spec, size, warm0)
         g = build_graph(spec.workload, saver)
         await _first_turns_async(g, spec, sessions)
@@ -691,7 +648,7 @@ def _setup(saver: str, dsn: str, server: Server, ls: LoadScale) -> SaverDb:
     """The saver's tables in its own database and its template threads (``prior`` turns,
     written by that saver through the workload's graph, and one per ``stagger`` offset: a
     copy of the previous one with the turns in between added)."""
-    with _open_sync(saver, dsn, None) as s:
+    with open_saver(saver, dsn, None) as s:
         s.setup()
         g = build_graph(ls.workload, s)
         run_turns(g, ls.workload, "template", ls.prior)
@@ -727,7 +684,7 @@ def _bytes_per_turn(db: SaverDb, ls: LoadScale, mode: str) -> dict[str, Any]:
         pdsn = proxy.dsn(db.dsn)
         pages = 0
         if mode == "threads":
-            with _open_sync(db.saver, pdsn, 1) as saver:
+            with open_saver(db.saver, pdsn, 1) as saver:
                 g = build_graph(ls.workload, saver)
                 for k in range(WARM_TURNS + turns):
                     if k == WARM_TURNS:  # counted once the statements are prepared
@@ -742,7 +699,7 @@ def _bytes_per_turn(db: SaverDb, ls: LoadScale, mode: str) -> dict[str, Any]:
 
             async def main() -> int:
                 n = 0
-                async with _open_async(db.saver, pdsn, 1) as saver:
+                async with aopen_saver(db.saver, pdsn, 1) as saver:
                     g = build_graph(ls.workload, saver)
                     for k in range(WARM_TURNS + turns):
                         if k == WARM_TURNS:
@@ -768,7 +725,7 @@ def _bytes_per_turn(db: SaverDb, ls: LoadScale, mode: str) -> dict[str, Any]:
 def _final_states_equal(dbs: dict[str, SaverDb], ls: LoadScale, threads: list[str]) -> bool:
     states = {}
     for name, db in dbs.items():
-        with _open_sync(name, db.dsn, None) as saver:
+        with open_saver(name, db.dsn, None) as saver:
             g = build_graph(ls.workload, saver)
             states[name] = [g.get_state(_cfg(t)).values for t in threads]
     return bool(states["ours"] == states["official"])

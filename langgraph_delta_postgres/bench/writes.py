@@ -36,7 +36,7 @@ import operator
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, TypedDict
 
 import psycopg
@@ -44,9 +44,9 @@ from langgraph.channels.delta import DeltaChannel
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
-from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
+from langgraph_delta_postgres import DeltaPostgresSaver
 
-from .common import ONE_CONNECTION, official_pool_kwargs, official_pooled, pooled
+from .common import ONE_CONNECTION, aopen_saver, official_pooled, open_saver, pooled
 
 TASKS = 16
 NODES = 8
@@ -121,43 +121,6 @@ def _opened(pool: int | None, asynchronous: bool = False) -> dict[str, str]:
             "official": f"{off} on " + official_pooled(pool).replace("ConnectionPool", pool_cls)}
 
 
-@contextlib.contextmanager
-def _sync_saver(name: str, dsn: str, pool: int | None) -> Iterator[Any]:
-    if name == "ours":
-        with DeltaPostgresSaver.from_conn_string(dsn, pool_size=pool) as s:
-            yield s
-        return
-    from langgraph.checkpoint.postgres import PostgresSaver
-
-    if pool is None:
-        with PostgresSaver.from_conn_string(dsn) as off:
-            yield off
-        return
-    from psycopg_pool import ConnectionPool
-
-    with ConnectionPool(dsn, min_size=pool, max_size=pool, kwargs=official_pool_kwargs()) as p:
-        yield PostgresSaver(p)  # type: ignore[arg-type]
-
-
-@contextlib.asynccontextmanager
-async def _async_saver(name: str, dsn: str, pool: int | None) -> Any:
-    if name == "ours":
-        async with AsyncDeltaPostgresSaver.from_conn_string(dsn, pool_size=pool) as s:
-            yield s
-        return
-    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-
-    if pool is None:
-        async with AsyncPostgresSaver.from_conn_string(dsn) as off:
-            yield off
-        return
-    from psycopg_pool import AsyncConnectionPool
-
-    async with AsyncConnectionPool(dsn, min_size=pool, max_size=pool, open=False,
-                                   kwargs=official_pool_kwargs()) as p:
-        yield AsyncPostgresSaver(p)  # type: ignore[arg-type]
-
-
 def _cfg(thread: str) -> Any:
     return {"configurable": {"thread_id": thread}}
 
@@ -166,7 +129,7 @@ def _fan_out_sync(dsns: dict[str, str], pairs: int, warm: int) -> dict[str, Any]
     times: dict[str, list[float]] = {s: [] for s in SAVERS}
     with contextlib.ExitStack() as stack:
         graphs = {s: fan_out_graph().compile(
-            checkpointer=stack.enter_context(_sync_saver(s, dsns[s], None))) for s in SAVERS}
+            checkpointer=stack.enter_context(open_saver(s, dsns[s], None))) for s in SAVERS}
         for k in range(warm + pairs):
             order = SAVERS if k % 2 == 0 else SAVERS[::-1]
             for s in order:
@@ -181,7 +144,7 @@ async def _fan_out_async(dsns: dict[str, str], pairs: int, warm: int) -> dict[st
     times: dict[str, list[float]] = {s: [] for s in SAVERS}
     async with contextlib.AsyncExitStack() as stack:
         graphs = {s: fan_out_graph().compile(
-            checkpointer=await stack.enter_async_context(_async_saver(s, dsns[s], None)))
+            checkpointer=await stack.enter_async_context(aopen_saver(s, dsns[s], None)))
             for s in SAVERS}
         for k in range(warm + pairs):
             order = SAVERS if k % 2 == 0 else SAVERS[::-1]
@@ -205,7 +168,7 @@ def _pairs(times: dict[str, list[float]], asynchronous: bool) -> dict[str, Any]:
 
 def _concurrent_sync(name: str, dsn: str, seconds: float, tag: str) -> float:
     """Completed runs per second of RUNS threads invoking the graph on one thread."""
-    with _sync_saver(name, dsn, RUNS) as saver:
+    with open_saver(name, dsn, RUNS) as saver:
         graph = fan_out_graph().compile(checkpointer=saver)
         graph.invoke({"messages": ["warm"]}, _cfg(tag))
         stop = threading.Event()
@@ -235,7 +198,7 @@ def _concurrent_sync(name: str, dsn: str, seconds: float, tag: str) -> float:
 
 
 async def _concurrent_async(name: str, dsn: str, seconds: float, tag: str) -> float:
-    async with _async_saver(name, dsn, RUNS) as saver:
+    async with aopen_saver(name, dsn, RUNS) as saver:
         graph = fan_out_graph().compile(checkpointer=saver)
         await graph.ainvoke({"messages": ["warm"]}, _cfg(tag))
         done = [0] * RUNS
