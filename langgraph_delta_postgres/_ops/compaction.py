@@ -55,18 +55,34 @@ def check_graph(graph: Any) -> None:
         )
 
 
-def delta_specs(graph: Any, ns: str) -> dict[str, DeltaChannel[Any]] | None:
-    """The DeltaChannels of the graph that writes namespace ``ns`` (None: not found)."""
-    found: Any = graph
-    if ns:
-        path = _NS_SEP.join(
-            part.split(_NS_END)[0] for part in ns.split(_NS_SEP) if not part.isdigit()
+class DeltaSpecs:
+    """The DeltaChannels of the graph that writes each namespace, found once per prune
+    call (a namespace names task ids: the subgraph is looked up by its path without
+    them, as LangGraph's own ``recast_checkpoint_ns`` does)."""
+
+    def __init__(self, graph: Any) -> None:
+        self.graph = graph
+        self._by_path: dict[str, dict[str, DeltaChannel[Any]] | None] = {}
+
+    def of(self, ns: str) -> dict[str, DeltaChannel[Any]] | None:
+        """Those of namespace ``ns`` (None: no graph of it found)."""
+        path = _NS_SEP.join(  # "" for the root namespace
+            part.split(_NS_END)[0] for part in ns.split(_NS_SEP) if part and not part.isdigit()
         )
-        found = next((g for _, g in graph.get_subgraphs(namespace=path, recurse=True)), None)
+        if path not in self._by_path:
+            self._by_path[path] = self._find(path)
+        return self._by_path[path]
+
+    def _find(self, path: str) -> dict[str, DeltaChannel[Any]] | None:
+        found: Any = self.graph
+        if path:
+            found = next(
+                (g for _, g in self.graph.get_subgraphs(namespace=path, recurse=True)), None
+            )
         channels = getattr(found, "channels", None)
         if not isinstance(channels, Mapping):
             return None
-    return {k: v for k, v in found.channels.items() if isinstance(v, DeltaChannel)}
+        return {k: v for k, v in channels.items() if isinstance(v, DeltaChannel)}
 
 
 def _shares_version_with_writes(rows: list[dict[str, Any]], channel: str) -> bool:

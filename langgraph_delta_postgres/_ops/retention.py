@@ -16,7 +16,7 @@ from langgraph.checkpoint.base import get_checkpoint_id
 from .._checks import check_bool, check_ids, check_int, check_str
 from ..errors import HistoryError
 from .base import Op, Stmt, _ns, _thread_id, logger
-from .compaction import check_graph, delta_specs, op_compact_ns
+from .compaction import DeltaSpecs, check_graph, op_compact_ns
 from .maintenance import _op_delete_threads
 
 if TYPE_CHECKING:
@@ -96,10 +96,29 @@ def prune_ops(
     if not ids:
         return []
     if strategy == "keep_latest":
+        specs = DeltaSpecs(graph) if graph is not None else None
         return [
-            _op_prune_thread(ctx, t, keep_last or 1, before, dry_run, graph) for t in ids
+            _op_prune_thread(ctx, t, keep_last or 1, before, dry_run, specs) for t in ids
         ]
     return [_op_prune_delete(ctx, ids, before, dry_run)]
+
+
+def _walk_params(
+    ctx: SaverCore, thread_id: str, ns: str, checkpoint_id: str | None, keep_last: int,
+    settled: tuple[str, list[str]] | None = None, **extra: Any,
+) -> dict[str, Any]:
+    """The parameters of a statement built on ``retention.walk`` (and its target and
+    result blocks' own, ``extra``); ``settled``: see :func:`_op_prune_ns`."""
+    return {
+        "thread_id": thread_id,
+        "checkpoint_ns": ns,
+        "checkpoint_id": checkpoint_id,
+        "keep_last": keep_last,
+        "max_depth": ctx.max_history_depth,
+        "settled": settled[1] if settled else [],
+        "settled_at": settled[0] if settled else None,
+        **extra,
+    }
 
 
 def _prune_heads(ctx: SaverCore, thread_id: str, before: datetime | None) -> Op[list[str] | None]:
@@ -132,16 +151,7 @@ def _op_prune_ns(
         ctx.queries.join(
             "retention.prune_target", "retention.walk", "retention.prune_result"
         ),
-        {
-            "thread_id": thread_id,
-            "checkpoint_ns": ns,
-            "checkpoint_id": None,
-            "keep_last": keep_last,
-            "max_depth": ctx.max_history_depth,
-            "settled": settled[1] if settled else [],
-            "settled_at": settled[0] if settled else None,
-            "dry_run": dry_run,
-        },
+        _walk_params(ctx, thread_id, ns, None, keep_last, settled, dry_run=dry_run),
     )
     r = rows[0]
     if r["bad"] is not None:
@@ -157,19 +167,20 @@ def _op_prune_ns(
 
 def _op_prune_thread(
     ctx: SaverCore, thread_id: str, keep_last: int, before: datetime | None, dry_run: bool,
-    graph: Any = None,
+    graph: DeltaSpecs | None = None,
 ) -> Op[PruneStats]:
     """keep_latest of one thread, in one transaction: per namespace, its latest
     checkpoint (or the ``keep_last`` latest of its chain) and the keep-set of every
-    DeltaChannel its state needs; everything else goes. With ``graph``, the namespaces
-    it wrote are compacted first (_ops/compaction.py)."""
+    DeltaChannel its state needs; everything else goes. With ``graph`` (the
+    DeltaChannels of the graph passed to prune), the namespaces it wrote are compacted
+    first (_ops/compaction.py)."""
     namespaces = yield from _prune_heads(ctx, thread_id, before)
     if namespaces is None:
         return PruneStats()
     total = PruneStats(threads=1)
     for ns in namespaces:
         settled: tuple[str, list[str]] | None = None
-        specs = delta_specs(graph, ns) if graph is not None else None
+        specs = graph.of(ns) if graph is not None else None
         if specs:
             settled = yield from op_compact_ns(ctx, thread_id, ns, keep_last, specs, dry_run)
         total += yield from _op_prune_ns(ctx, thread_id, ns, keep_last, dry_run, settled)
@@ -203,16 +214,10 @@ def _op_delta_keepset(ctx: SaverCore, config: RunnableConfig, channels: list[str
         ctx.queries.join(
             "retention.keepset_target", "retention.walk", "retention.keepset_result"
         ),
-        {
-            "thread_id": _thread_id(config),
-            "checkpoint_ns": _ns(config),
-            "checkpoint_id": get_checkpoint_id(config) or None,
-            "channels": channels,
-            "keep_last": 1,
-            "max_depth": ctx.max_history_depth,
-            "settled": [],
-            "settled_at": None,
-        },
+        _walk_params(
+            ctx, _thread_id(config), _ns(config), get_checkpoint_id(config) or None, 1,
+            channels=channels,
+        ),
     )
     keep: set[str] = set()
     for r in rows:
@@ -246,15 +251,7 @@ def _delete_for_runs(ctx: SaverCore, ids: list[str]) -> Op[None]:
             ctx.queries.join(
                 "retention.prune_target", "retention.walk", "retention.keepset_result"
             ),
-            {
-                "thread_id": thread_id,
-                "checkpoint_ns": ns,
-                "checkpoint_id": c["checkpoint_id"],
-                "keep_last": 1,
-                "max_depth": ctx.max_history_depth,
-                "settled": [],
-                "settled_at": None,
-            },
+            _walk_params(ctx, thread_id, ns, c["checkpoint_id"], 1),
         )
         for r in rows:
             if r["kind"] == "x":
