@@ -11,6 +11,7 @@ that adapter; statements are counted at the psycopg cursor of the pool's one con
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import uuid
 import warnings
@@ -273,7 +274,7 @@ def test_any_version_of_that_shape_is_patched(
 
 
 def test_without_langgraph_api_there_is_nothing_to_patch(
-    unpatched: Any, monkeypatch: pytest.MonkeyPatch
+    unpatched: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     import importlib.metadata
 
@@ -289,6 +290,8 @@ def test_without_langgraph_api_there_is_nothing_to_patch(
         warnings.simplefilter("error")
         assert ag.patch_agent_server_adapter() is False
     assert "aget_delta_channel_history" not in unpatched.__dict__
+    assert not [r for r in caplog.records  # silently: no warning logged either
+                if r.name == "langgraph_delta_postgres" and r.levelno >= logging.WARNING]
 
 
 def test_the_installed_version_patches_once(unpatched: Any) -> None:

@@ -394,19 +394,3 @@ def test_an_adapter_module_that_does_not_import_warns(
     assert "one aget_tuple per ancestor" in str(caught[0].message)
     assert len(_warnings_logged(caplog)) == 1
 
-
-def test_without_langgraph_api_nothing_happens(
-    caught: list[warnings.WarningMessage],
-    caplog: pytest.LogCaptureFixture,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    real = importlib.metadata.version
-
-    def version(name: str) -> str:
-        if name == "langgraph-api":
-            raise importlib.metadata.PackageNotFoundError(name)
-        return real(name)
-
-    monkeypatch.setattr(importlib.metadata, "version", version)
-    assert ag.patch_agent_server_adapter() is False
-    assert caught == [] and _warnings_logged(caplog) == []
