@@ -8,7 +8,7 @@
 --       it (the seed checkpoint, inclusive) up to the target's parent, and
 --     * that seed value: a blob (type, blob) or an inline primitive (jsonb),
 --   except what the client says it already holds (the saver's decoded-value cache, see
---   langgraph_delta_postgres/_cache.py): a channel whose walk reaches a checkpoint the
+--   langgraph_delta_postgres/_cache/cache.py): a channel whose walk reaches a checkpoint the
 --   client holds the rest of the chain for stops there ('h' row), and a seed blob the
 --   client holds is named, not sent (no transfer, no TOAST decompression).
 --   Nothing else leaves the database: no checkpoint JSONB, no older snapshot blob.

@@ -1,4 +1,4 @@
--- replicas: the statements of the routing saver (langgraph_delta_postgres/replicas.py)
+-- replicas: the statements of the routing saver (langgraph_delta_postgres/replicas/_ops.py)
 -- that decide whether a read may be answered by a streaming hot standby.
 --
 -- A standby's data is the primary's as of the WAL it has replayed. A checkpoint row never

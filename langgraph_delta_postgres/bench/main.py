@@ -36,7 +36,6 @@ from typing import Any
 from ..cli._install import install_hint
 
 BENCH_INSTALL_HINT = install_hint("bench")
-AGENT_INSTALL_HINT = install_hint("agent")
 RTTS = {"0": 0.0, "0.5": 0.5, "2": 2.0}
 
 
@@ -112,7 +111,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a Postgres where a scratch database (or, without CREATEDB, a schema) is "
         "created for the run and dropped afterwards (default: an embedded Postgres)",
     )
-    p.add_argument("--quick", action="store_true", help="smoke run, about a minute")
+    p.add_argument(
+        "--quick", action="store_true", help="smoke run: a few minutes (2-10 on 2 cores, by load)"
+    )
     p.add_argument("--json", metavar="PATH", help="write machine-readable results here")
     p.add_argument("--out", metavar="DIR",
                    help="write DIR/benchmarks.md and DIR/img/*.png (plots)")
@@ -120,7 +121,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--only", choices=("retention", "load", "agent", "replicas", "writes"),
         help="run only this part of the benchmark (agent: a deepagents session, needs the "
-        "'agent' extra: " + AGENT_INSTALL_HINT + "; replicas: starts a hot standby of the "
+        "'bench' extra's deepagents; replicas: starts a hot standby of the "
         "server, see docs/replicas.md; writes: a Send fan-out and concurrent runs on one "
         "thread)",
     )
@@ -175,12 +176,8 @@ def run(args: argparse.Namespace) -> int:
         if not available():
             missing.append("deepagents")
     if missing:
-        hint = (
-            install_hint("bench,agent") if getattr(args, "only", None) == "agent"
-            else BENCH_INSTALL_HINT
-        )
         print(
-            f"error: the benchmark needs {' and '.join(missing)}: {hint}",
+            f"error: the benchmark needs {' and '.join(missing)}: {BENCH_INSTALL_HINT}",
             file=sys.stderr,
         )
         return 2
@@ -352,14 +349,14 @@ def _run(args: argparse.Namespace, scale: Scale) -> dict[str, Any]:
         res["loads"]["seconds"] = time.perf_counter() - l0
         from .agent import available, run_agent
 
-        if available():  # the optional 'agent' extra
+        if available():  # deepagents, of the bench extra
             _log("agent: a deepagents session, scripted model (ours, official, InMemorySaver)")
             a0 = time.perf_counter()
             with scratch_database(server_dsn, uuid.uuid4().hex[:10]) as (agent_dsn, _):
                 res["agent"] = run_agent(agent_dsn, scale.name, _log)
             res["agent"]["seconds"] = time.perf_counter() - a0
         else:
-            _log("agent: skipped (deepagents is not installed: " + AGENT_INSTALL_HINT + ")")
+            _log("agent: skipped (deepagents is not installed: " + BENCH_INSTALL_HINT + ")")
         from .load import run_load
 
         _log("load: concurrent sessions on one server")

@@ -23,7 +23,6 @@ from .._checks import INT4_MAX
 from .._ops.retention import PruneStats
 from ..errors import HistoryError
 from ..saver import DeltaPostgresSaver
-from ._install import install_hint
 from ._util import CliError, connect_to, db_error, setup_required
 
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -169,16 +168,10 @@ def run(args: argparse.Namespace) -> int:
     if args.delete and args.keep_last is not None:
         print("error: --keep-last and --delete exclude each other", file=sys.stderr)
         return 2
-    try:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-        from rich.table import Table
-    except ImportError:
-        print(
-            f"error: the prune command needs rich: {install_hint('cli')}",
-            file=sys.stderr,
-        )
-        return 2  # like demo and bench without their extras
+    from rich.console import Console  # a dependency of the package (a plain install prunes)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+    from rich.table import Table
+
     before = datetime.now(UTC) - args.older_than if args.older_than is not None else None
     strategy = "delete" if args.delete else "keep_latest"
     try:

@@ -113,3 +113,22 @@ def test_every_migration_renders(schema: str | None) -> None:
         assert "{s}" not in rendered
         if schema:
             assert '"lg".checkpoint' in rendered, f.name
+
+
+def test_headers_name_files_that_exist() -> None:
+    """Every ``.py`` file a SQL or migration header names exists: a path from the
+    repository root (``scripts/``, ``tests/``), from the package (``_ops/write.py``), or a
+    module name found once in the package (``migrate.py``). Headers outlive moves (issue
+    38, item 7: two named modules that had moved)."""
+    root = PACKAGE.parent
+    texts = [(f, (SQL_DIR / f).read_text(encoding="utf-8")) for f in sql_files()]
+    texts += [(p.name, p.read_text(encoding="utf-8")) for p in root.glob("migrations/*.sql")]
+    missing = []
+    for name, text in texts:
+        for ref in sorted(set(re.findall(r"[\w/.-]*\w\.py\b", text))):
+            candidates = [root / ref, PACKAGE / ref]
+            if "/" not in ref:
+                candidates += list(PACKAGE.rglob(ref))
+            if not any(c.is_file() for c in candidates):
+                missing.append(f"{name}: {ref}")
+    assert not missing, f"SQL headers name files that do not exist: {missing}"
