@@ -171,3 +171,33 @@ def test_snapshot_frequency_doc_is_the_scripts_table() -> None:
     for point in mod.POINTS:
         for way in mod.WAYS:
             assert f"{point}, {mod.LABELS[way]}" in header, (point, way)
+
+
+def test_api_cli_table_is_the_parser() -> None:
+    """docs/api.md's command table names every command of ``langgraph-delta-pg`` and, per
+    command, exactly its options (and ``bench``'s ``--only`` choices), as argparse has them
+    (issue 38, item 7: the table had gone stale)."""
+    import argparse
+
+    from langgraph_delta_postgres.cli.main import build_parser
+
+    table = _section(_text("docs/api.md"), "## Command line")
+    rows = {
+        m.group(1): m.group(0)
+        for m in re.finditer(r"^\| `(\w+)[^|]*\|.*$", table, flags=re.M)
+    }
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(rows) == set(sub.choices), (set(rows), set(sub.choices))
+    for name, sp in sub.choices.items():
+        usage = re.split(r"(?<!\\)\|", rows[name])[1]  # the first cell: command and options
+        flags = {
+            o for a in sp._actions for o in a.option_strings
+            if o.startswith("--") and o != "--help" and a.help != argparse.SUPPRESS
+        }
+        listed = set(re.findall(r"--[\w-]+", usage))
+        assert flags == listed, f"{name}: parser {sorted(flags)}, docs/api.md {sorted(listed)}"
+        for a in sp._actions:
+            if a.choices and a.option_strings and a.help != argparse.SUPPRESS:
+                for choice in a.choices:
+                    assert str(choice) in usage, f"{name} {a.option_strings[0]}: {choice}"
