@@ -18,12 +18,14 @@ from ._stats import CacheStats, OrderStats, SaverStats, WalkStats
 from .aio import AsyncDeltaPostgresSaver
 from .errors import (
     CorruptCheckpointError,
+    DeltaPostgresError,
     HistoryError,
     LostParentError,
     MigrationError,
     PrunedValueError,
     ReplicaMismatchError,
     SetupRequiredError,
+    StaleServerError,
     _deprecated,
 )
 from .saver import DeltaPostgresSaver
@@ -34,6 +36,7 @@ __all__ = [
     "AsyncDeltaPostgresSaver",
     "CacheStats",
     "CorruptCheckpointError",
+    "DeltaPostgresError",
     "DeltaPostgresSaver",
     "HistoryError",
     "LostParentError",
@@ -44,6 +47,7 @@ __all__ = [
     "ReplicaMismatchError",
     "SaverStats",
     "SetupRequiredError",
+    "StaleServerError",
     "WalkStats",
     "__version__",
 ]

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
+from .errors import StaleServerError
 
 log = logging.getLogger("langgraph_delta_postgres")
 
@@ -51,11 +51,6 @@ class ServerIdentity:
     def __str__(self) -> str:
         role = "standby" if self.in_recovery else "primary"
         return f"{role} of system identifier {self.system_identifier}, timeline {self.timeline}"
-
-
-class StaleServerError(psycopg.OperationalError):
-    """A pooled connection reaches the server this saver used before a failover: it is
-    closed instead of lent (the caller may retry; the pool opens a new one)."""
 
 
 class ServerTracker:

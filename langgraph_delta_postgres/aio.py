@@ -44,7 +44,8 @@ from ._ops.maintenance import _op_copy_thread, _op_delete_thread
 from ._ops.retention import PruneStats, _op_delete_for_runs, _op_delta_keepset, prune_ops
 from ._ops.write import WriteBatch, _op_put, _op_put_writes, resume
 from ._order import PUT, WRITES, Turns, ahold, put_keys, writes_keys
-from ._server import StaleServerError, unchanged_since
+from ._server import unchanged_since
+from .errors import StaleServerError
 
 AsyncConn = AsyncConnection[Any] | AsyncConnectionPool[Any]
 

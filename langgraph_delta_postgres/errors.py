@@ -13,7 +13,14 @@ from typing import Any
 import psycopg
 
 
-class HistoryError(RuntimeError):
+class DeltaPostgresError(Exception):
+    """The base of every error this package raises on its own: ``except
+    DeltaPostgresError`` catches them all. Each error also keeps the built-in or psycopg
+    base it always had (``RuntimeError``, ``ValueError``, psycopg's ``UndefinedTable`` /
+    ``OperationalError``), so ``except`` clauses written for those still catch it."""
+
+
+class HistoryError(DeltaPostgresError, RuntimeError):
     """The parent chain of a checkpoint is corrupt (a checkpoint met twice: a cycle of
     parent pointers) or deeper than ``max_history_depth``."""
 
@@ -29,11 +36,11 @@ class PrunedValueError(HistoryError):
     subclass of :class:`HistoryError`."""
 
 
-class CorruptCheckpointError(RuntimeError):
+class CorruptCheckpointError(DeltaPostgresError, RuntimeError):
     """A stored checkpoint row is not a checkpoint (e.g. its JSON is ``{}``)."""
 
 
-class SetupRequiredError(psycopg.errors.UndefinedTable):
+class SetupRequiredError(DeltaPostgresError, psycopg.errors.UndefinedTable):
     """The checkpoint tables (or columns) this package needs are missing: run ``setup()``.
 
     A subclass of the ``UndefinedTable`` error it replaces, so existing handlers still
@@ -41,23 +48,28 @@ class SetupRequiredError(psycopg.errors.UndefinedTable):
     """
 
 
-class MigrationError(RuntimeError):
+class MigrationError(DeltaPostgresError, RuntimeError):
     """Migrations cannot be applied as they are (drift, a bad file, a busy connection)."""
 
 
-class ReplicaMismatchError(ValueError):
+class ReplicaMismatchError(DeltaPostgresError, ValueError):
     """A replica given to a routing saver is not a hot standby of the primary's cluster
     on the primary's timeline (another cluster's server, a server not in recovery, a
     standby of another timeline): its WAL positions say nothing about the primary's."""
 
 
-class LostParentError(RuntimeError):
+class LostParentError(DeltaPostgresError, RuntimeError):
     """A put after a failover names a parent checkpoint the (new) server does not have:
     the run was building on commits the promoted standby never received. Nothing was
     written; load the thread's state again."""
 
 
-class _DeltaPruneError(RuntimeError):
+class StaleServerError(DeltaPostgresError, psycopg.OperationalError):
+    """A pooled connection reaches the server this saver used before a failover: it is
+    closed instead of lent (the caller may retry; the pool opens a new one)."""
+
+
+class _DeltaPruneError(DeltaPostgresError, RuntimeError):
     """A maintenance call would leave a DeltaChannel thread unable to rebuild its state.
 
     No longer raised: ``prune`` and ``delete_for_runs`` keep what DeltaChannel state

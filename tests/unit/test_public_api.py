@@ -16,6 +16,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 import langgraph_delta_postgres as pkg
@@ -109,6 +110,45 @@ def test_the_errors_module_holds_every_error() -> None:
                  "MigrationError"):
         assert getattr(pkg, name) is getattr(errors, name), name
     assert migrate.MigrationError is errors.MigrationError
+
+
+#: each public error and the base an ``except`` written before the common base caught it by
+OLD_BASES = {
+    "HistoryError": RuntimeError,
+    "PrunedValueError": RuntimeError,
+    "CorruptCheckpointError": RuntimeError,
+    "SetupRequiredError": psycopg.errors.UndefinedTable,
+    "MigrationError": RuntimeError,
+    "ReplicaMismatchError": ValueError,
+    "LostParentError": RuntimeError,
+    "StaleServerError": psycopg.OperationalError,
+}
+
+
+def test_one_base_for_every_error_and_the_old_bases_kept() -> None:
+    """``except DeltaPostgresError`` catches every error of the package (issue 39); the
+    ``except`` clauses users wrote for the old bases still catch each one."""
+    import warnings
+
+    from langgraph_delta_postgres import errors
+
+    public = {n for n in pkg.__all__ if n.endswith("Error")} - {"DeltaPostgresError"}
+    defined = {
+        n for n, v in vars(errors).items()
+        if isinstance(v, type) and issubclass(v, BaseException) and not n.startswith("_")
+    } - {"DeltaPostgresError"}
+    assert public == defined == set(OLD_BASES), (public, defined)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pruned = pkg.DeltaPruneError
+    for name, old in [*OLD_BASES.items(), ("DeltaPruneError", RuntimeError)]:
+        cls = pruned if name == "DeltaPruneError" else getattr(pkg, name)
+        assert issubclass(cls, pkg.DeltaPostgresError), name
+        assert issubclass(cls, old), name
+        with pytest.raises(old):  # an old except clause, on a real raise
+            raise cls("x")
+        with pytest.raises(pkg.DeltaPostgresError):
+            raise cls("x")
 
 
 @pytest.mark.parametrize("module", ["langgraph_delta_postgres",
