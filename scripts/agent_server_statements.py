@@ -18,9 +18,9 @@ reset here; the DSN must be a superuser's, as the embedded server's is) during
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,7 +30,14 @@ import psycopg
 
 
 def main() -> None:
-    url, turns = sys.argv[1], int(sys.argv[2])
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("url", help="the server's address, e.g. http://127.0.0.1:2031")
+    p.add_argument("turns", type=int, help="turns to run on a new thread first")
+    args = p.parse_args()
+    url, turns = args.url, args.turns
     dsn = os.environ["LANGGRAPH_DELTA_PG_DSN"]
     with psycopg.connect(dsn, autocommit=True) as k:
         row = k.execute(

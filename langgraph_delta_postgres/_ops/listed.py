@@ -87,7 +87,7 @@ class _Listed:
         self._last = -2
         self._ahead_end = -1
 
-    def _seed_of(self, row: Row, ch: str, loads: Any) -> tuple[str, Any]:
+    def _seed_of(self, row: Row, ch: str) -> tuple[str, Any]:
         """The value ``row`` stores for ``ch`` by the walk's rule (class docstring), or
         :attr:`_NONE`."""
         key = (row["checkpoint_ns"], row["checkpoint_id"], ch)
@@ -154,14 +154,14 @@ class _Listed:
                 below = None  # below the listing (or a missing parent), or a cycle
                 break
             path.append((cid, row))
-            if self._seed_of(row, ch, loads) is not self._NONE:
+            if self._seed_of(row, ch) is not self._NONE:
                 below = _ROOT  # the seed row ends the walk (its writes count)
                 break
             cid = row["parent_checkpoint_id"]
         for cid_, row in reversed(path):
             if below is not None:
                 w = self._writes_of(row, ch, loads)
-                seed = self._seed_of(row, ch, loads)
+                seed = self._seed_of(row, ch)
                 if seed is self._NONE:
                     seed = below.seed
                 below = _Chain(
