@@ -11,9 +11,15 @@ end the starter holds. The watchdog blocks reading it. When the starter ends for
 reason the kernel closes that end and the read returns EOF:
 
 - the starter said ``done`` first (it stopped the server and cleaned up itself): exit;
-- otherwise the starter died: stop the postmaster named in ``DATA/postmaster.pid``
-  (SIGQUIT, Postgres's immediate shutdown; SIGKILL if it is still there after 10 s) and,
-  unless told to keep the data (``--dir``), remove the directory.
+- otherwise the starter died: do what its exit would have done. pgserver counts the
+  processes that use a server in ``DATA/.handle_pids.json`` and stops the server when the
+  last one ends; a starter killed with SIGKILL stays listed there for ever, and every later
+  start of that directory then left its server running on exit (it was never the last).
+  So the watchdog, holding pgserver's lock, takes the starter (and any other dead process)
+  off that list; unless a live process still uses the server (and the data is kept), it
+  stops the postmaster named in ``DATA/postmaster.pid`` (SIGQUIT, Postgres's immediate
+  shutdown; SIGKILL if it is still there after 10 s) and, unless told to keep the data
+  (``--dir``), removes the directory.
 
 The watchdog is in a session of its own and ignores SIGINT, SIGTERM and SIGHUP, so a
 Ctrl-C in the terminal or a signal to the starter's process group leaves it to do its
@@ -23,23 +29,35 @@ postmaster is not ours to change.)
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 DONE = b"done\n"
 STOP_TIMEOUT_S = 10.0
+#: pgserver's list of the processes that use the server of a data directory (JSON pids)
+HANDLES = ".handle_pids.json"
+#: how long the watchdog waits for pgserver's lock before it goes on without it
+LOCK_TIMEOUT_S = 30.0
 
 
-def guard(data: Path, *, remove: bool) -> subprocess.Popen[bytes]:
+def guard(data: Path, *, remove: bool, lock: Path | None = None) -> subprocess.Popen[bytes]:
     """Start the watchdog of the server in ``data``; call :func:`release` once the server
-    has been stopped (and ``data`` removed, if ``remove``) the ordinary way."""
+    has been stopped (and ``data`` removed, if ``remove``) the ordinary way. ``lock``:
+    pgserver's inter-process lock file, held while the watchdog edits ``DATA/`` +
+    :data:`HANDLES` and stops the server (for a server that pgserver started)."""
     return subprocess.Popen(
-        [sys.executable, "-I", os.path.abspath(__file__), str(data), "1" if remove else "0"],
+        [
+            sys.executable, "-I", os.path.abspath(__file__), str(data), "1" if remove else "0",
+            str(os.getpid()), str(lock) if lock is not None else "",
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -85,6 +103,56 @@ def _postmaster_pid(data: Path) -> int | None:
         return None
 
 
+def forget_handles(data: Path, gone: int | None = None) -> list[int]:
+    """Take the dead processes (and ``gone``) off pgserver's list of the processes that use
+    the server of ``data`` (:data:`HANDLES`); return the ones left. Call it with pgserver's
+    lock held."""
+    path = data / HANDLES
+    try:
+        listed = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(listed, list):
+        return []
+    live = [p for p in listed if isinstance(p, int) and p != gone and p > 0 and _alive(p)]
+    if live != listed:
+        with contextlib.suppress(OSError):
+            path.write_text(json.dumps(live))
+    return live
+
+
+@contextlib.contextmanager
+def _locked(lock: str) -> Iterator[None]:
+    """pgserver's inter-process lock (fasteners: ``lockf`` on the whole file), waited for
+    up to :data:`LOCK_TIMEOUT_S`; without it after that (a stuck holder must not keep a
+    server running)."""
+    import fcntl
+
+    if not lock:
+        yield
+        return
+    try:
+        f = open(lock, "a")  # noqa: SIM115 - closed below, after the unlock
+    except OSError:
+        yield
+        return
+    with f:
+        deadline = time.monotonic() + LOCK_TIMEOUT_S
+        held = False
+        while not held and time.monotonic() < deadline:
+            try:
+                fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
+            except OSError:
+                time.sleep(0.05)
+        try:
+            yield
+        finally:
+            if held:
+                with contextlib.suppress(OSError):
+                    fcntl.lockf(f, fcntl.LOCK_UN)
+
+
 def stop_server(data: Path) -> None:
     """Stop the postmaster of ``data`` now, whatever it is doing (immediate shutdown)."""
     pid = _postmaster_pid(data)
@@ -104,6 +172,8 @@ def stop_server(data: Path) -> None:
 
 def main(argv: list[str]) -> int:
     data, remove = Path(argv[0]), argv[1] == "1"
+    starter = int(argv[2]) if len(argv) > 2 and argv[2].isdigit() else None
+    lock = argv[3] if len(argv) > 3 else ""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     said = b""
@@ -117,7 +187,11 @@ def main(argv: list[str]) -> int:
         said += chunk
     if said.endswith(DONE):
         return 0
-    stop_server(data)
+    with _locked(lock):
+        others = forget_handles(data, gone=starter)
+        if others and not remove:
+            return 0  # a live process still uses this server: it stops it when it ends
+        stop_server(data)
     if remove:
         shutil.rmtree(data, ignore_errors=True)
     return 0

@@ -102,8 +102,20 @@ def cmd_postgres(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, but its own output (``--help``, ``--version``, usage errors) on
+    a closed pipe ends as every other command's output does (exit 141, see :func:`main`):
+    argparse drops an OSError of that write, which made ``--version | true`` exit 0 when
+    the write is unbuffered (``PYTHONUNBUFFERED``) and 141 when it is not. Subcommand
+    parsers are of this class too (``add_subparsers`` uses the parent's class)."""
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        if message:
+            (file or sys.stderr).write(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="langgraph-delta-pg",
         description="Postgres checkpointer for LangGraph with SQL-side DeltaChannel history",
     )
@@ -166,17 +178,23 @@ EXIT_BROKEN_PIPE = 141
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; the one place where a closed output pipe ends every command
+    (``inspect ... | head``, ``status | true``, ``prune ... | head -c1``): exit 141, no
+    traceback, nothing more written."""
     try:
         try:
             code = _main(argv)
-        except SystemExit:  # --help, --version, a usage error: printed, then exit
+        except SystemExit as e:  # --help, --version, a usage error: printed, then exit
+            if isinstance(e.__context__, BrokenPipeError):
+                # rich's Console (prune's table) answers a closed pipe with SystemExit(1)
+                raise e.__context__ from None
             sys.stdout.flush()
             raise
         sys.stdout.flush()  # a closed pipe shows here, not as exit 120 at interpreter exit
         return code
     except BrokenPipeError:
-        # `inspect ... | head`, `status | true`: no traceback, and nothing more written
-        # (Python's own flush of stdout at exit would fail again)
+        # no traceback, and nothing more written (Python's own flush of stdout at exit
+        # would fail again: exit 120)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_BROKEN_PIPE

@@ -7,7 +7,10 @@ server and the directory on exit, on error and on Ctrl-C alike; given a director
 the data there (stopping the server on exit) and reuses it on the next start. The server
 listens on a Unix socket only (no TCP port): the DSN names the socket directory. A
 watchdog process (:mod:`._watchdog`) stops the server and removes its temporary directory
-when the process that started it dies without cleaning up (SIGKILL, the OOM killer).
+when the process that started it dies without cleaning up (SIGKILL, the OOM killer), and
+takes that process off pgserver's list of the processes that use the server (a start also
+drops the dead ones from it), so a later start of the same ``--dir`` stops its server on
+exit again.
 """
 
 from __future__ import annotations
@@ -72,16 +75,18 @@ def _check_data_dir(directory: Path) -> None:
 
 
 @contextlib.contextmanager
-def embedded_postgres(directory: str | os.PathLike[str] | None = None) -> Iterator[str]:
+def embedded_postgres(
+    directory: str | os.PathLike[str] | None = None, *, prefix: str = "lgdp-pg-"
+) -> Iterator[str]:
     """Start a local Postgres; yield its DSN (database ``postgres``, superuser).
 
-    Without ``directory``: in a new temporary directory, removed with the server on exit.
-    With it: the data directory is created if missing, reused if it holds data, and kept
-    (the server is stopped) on exit.
+    Without ``directory``: in a new temporary directory (named ``prefix...``), removed
+    with the server on exit. With it: the data directory is created if missing, reused if
+    it holds data, and kept (the server is stopped) on exit.
     """
     pgserver = _import_pgserver()
     if directory is None:
-        data = Path(tempfile.mkdtemp(prefix="lgdp-pg-"))
+        data = Path(tempfile.mkdtemp(prefix=prefix))
         mode = "delete"
     else:
         data = Path(directory).expanduser().resolve()
@@ -89,9 +94,19 @@ def embedded_postgres(directory: str | os.PathLike[str] | None = None) -> Iterat
         data.mkdir(parents=True, exist_ok=True)
         mode = "stop"
     srv = None
+    server_class = getattr(pgserver, "PostgresServer", None)
+    lock = getattr(server_class, "_lock", None)  # pgserver's inter-process lock
     # the server must not outlive this process, even one killed with SIGKILL
-    guard = _watchdog.guard(data, remove=directory is None)
+    guard = _watchdog.guard(
+        data, remove=directory is None, lock=getattr(server_class, "lock_path", None)
+    )
     try:
+        if directory is not None and lock is not None:
+            # a process that used this directory and died without its exit (SIGKILL, a
+            # reboot) may still be listed as using the server: pgserver would then leave
+            # the server running when this process ends, as not the last one using it
+            with lock:
+                _watchdog.forget_handles(data)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             srv = pgserver.get_server(data, cleanup_mode=mode)

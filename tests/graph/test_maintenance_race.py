@@ -18,8 +18,10 @@ runner's turn superseded and ``keep_latest`` deleted under the fork's put (a few
 deterministic in tests/graph/test_retention.py); before it, such a fork's state read as
 an emptied ``log`` (no TypeError). Ours must show 0 TypeErrors
 and 0 bad values; the official saver runs the same race (delete strategies only: its
-keep_latest refuses DeltaChannel threads) for comparison. Each race runs RACE_SECONDS
-and fails if it did too little to prove anything.
+keep_latest refuses DeltaChannel threads) for comparison. Each race runs at least
+RACE_SECONDS and on until it has done MIN_INVOKES invokes and MIN_MAINTENANCE maintenance
+calls (a loaded machine does fewer a second: counted, not timed); one that has not done
+them within RACE_DEADLINE fails, saying what it did.
 """
 
 from __future__ import annotations
@@ -44,13 +46,16 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
 from langgraph_delta_postgres._connect import connect_kwargs
 
+#: a race runs at least this long...
 RACE_SECONDS = 4.0
 RUNNERS = 4
-#: invokes a race must complete (all runners together) to count
+#: ... and on until it has done this many invokes (all runners together)...
 MIN_INVOKES = 20
-#: maintenance calls a race must complete to count
+#: ... and this many maintenance calls
 MIN_MAINTENANCE = 10
-JOIN_TIMEOUT = RACE_SECONDS + 60
+#: a race that has not done them by then fails (it did too little to prove anything)
+RACE_DEADLINE = 300.0
+JOIN_TIMEOUT = RACE_DEADLINE + 60
 THREAD = {"configurable": {"thread_id": "R"}}
 MAINTENANCE = ("delete_thread", "delete", "keep_latest")
 
@@ -177,24 +182,46 @@ def _maintain(saver: Any, n: int, official: bool) -> None:
         saver.prune(["R"], strategy=what)
 
 
+def _racing(t0: float, invokes: int, maintenance: int, *, runners: bool = True,
+            maintain: bool = True) -> bool:
+    """Whether a race that started at ``t0`` goes on: for RACE_SECONDS, then until it has
+    done MIN_INVOKES invokes (with ``runners``) and MIN_MAINTENANCE maintenance calls (with
+    ``maintain``); never past RACE_DEADLINE (then :func:`_assert_clean` fails it)."""
+    elapsed = time.monotonic() - t0
+    if elapsed >= RACE_DEADLINE:
+        return False
+    return (
+        elapsed < RACE_SECONDS
+        or (runners and invokes < MIN_INVOKES)
+        or (maintain and maintenance < MIN_MAINTENANCE)
+    )
+
+
 def _race_threads(
-    make: Callable[[], Any], official: bool, runners: bool = True, maintain: bool = True
+    make: Callable[[], Any], official: bool, runners: bool = True, maintain: bool = True,
+    going: Callable[[Tally], bool] | None = None,
 ) -> Tally:
-    """RUNNERS threads invoking THREAD and/or one thread maintaining it, for
-    RACE_SECONDS, each with its own saver from ``make``."""
+    """RUNNERS threads invoking THREAD and/or one thread maintaining it, each with its
+    own saver from ``make``, while :func:`_racing` (or ``going(tally)``) says so."""
     tally = Tally()
-    stop = time.monotonic() + RACE_SECONDS
+    t0 = time.monotonic()
+
+    def go() -> bool:
+        if going is not None:
+            return going(tally)
+        c = tally.counts
+        return _racing(t0, c["invokes"], c["maintenance"], runners=runners, maintain=maintain)
 
     def runner(i: int) -> None:
         saver = make()
         g = _graph(saver)
-        while time.monotonic() < stop:
+        while go():
             _run_and_read(g, saver, tally, i)
 
     def maintainer() -> None:
         saver = make()
         n = 0
-        while time.monotonic() < stop:
+        while go():
             try:
                 _maintain(saver, n, official)
                 tally.add("maintenance")
@@ -221,10 +248,11 @@ def _report(name: str, tally: Tally) -> None:
 
 def _assert_clean(tally: Tally, *, runners: bool = True, maintain: bool = True) -> None:
     c = tally.counts
+    little = f"the race did too little in {RACE_DEADLINE:.0f} s: {dict(c)}"
     if runners:
-        assert c["invokes"] >= MIN_INVOKES, f"the race did too little: {dict(c)}"
+        assert c["invokes"] >= MIN_INVOKES, little
     if maintain:
-        assert c["maintenance"] >= MIN_MAINTENANCE, f"the race did too little: {dict(c)}"
+        assert c["maintenance"] >= MIN_MAINTENANCE, little
     assert c["TypeError"] == 0, (dict(c), tally.samples.get("TypeError"))
     assert c["bad value"] == 0, (dict(c), tally.samples.get("bad value"))
 
@@ -249,6 +277,7 @@ def test_maintenance_racing_runs_on_one_thread_official(dsn: str) -> None:
         tally = _race_threads(lambda: PostgresSaver(pool), True)  # type: ignore[arg-type]
     _report("official sync", tally)
     assert tally.counts["invokes"] >= MIN_INVOKES, dict(tally.counts)
+    assert tally.counts["maintenance"] >= MIN_MAINTENANCE, dict(tally.counts)
 
 
 @pytest.mark.parametrize("cache_bytes", [64 << 20, 0], ids=["cache", "cache_bytes=0"])
@@ -258,18 +287,21 @@ async def test_maintenance_racing_runs_on_one_thread_async(dsn: str, cache_bytes
     async with AsyncConnectionPool(
         dsn, min_size=RUNNERS + 2, max_size=RUNNERS + 2, kwargs=kwargs, open=False
     ) as pool:
-        stop = time.monotonic() + RACE_SECONDS
+        t0 = time.monotonic()
+
+        def go() -> bool:
+            return _racing(t0, tally.counts["invokes"], tally.counts["maintenance"])
 
         async def runner(i: int) -> None:
             saver = AsyncDeltaPostgresSaver(pool, cache_bytes=cache_bytes)
             g = _graph(saver)
-            while time.monotonic() < stop:
+            while go():
                 await _arun_and_read(g, saver, tally, i)
 
         async def maintainer() -> None:
             saver = AsyncDeltaPostgresSaver(pool, cache_bytes=cache_bytes)
             n = 0
-            while time.monotonic() < stop:
+            while go():
                 what = MAINTENANCE[n % len(MAINTENANCE)]
                 try:
                     if what == "delete_thread":
@@ -289,11 +321,24 @@ async def test_maintenance_racing_runs_on_one_thread_async(dsn: str, cache_bytes
     _assert_clean(tally)
 
 
-def _process_runners(dsn: str, out: Any) -> None:
-    """A child process: RUNNERS runner threads on their own savers (no maintenance)."""
+def _process_runners(dsn: str, out: Any, stop: Any, invokes: Any) -> None:
+    """A child process: RUNNERS runner threads on their own savers (no maintenance),
+    until the parent sets ``stop``; their invokes are added to the shared ``invokes``."""
+    t0 = time.monotonic()
+    told = [0]
+
+    def going(tally: Tally) -> bool:
+        with invokes.get_lock():
+            done = tally.counts["invokes"]
+            invokes.value += done - told[0]
+            told[0] = done
+        return not stop.is_set() and time.monotonic() - t0 < RACE_DEADLINE
+
     kwargs = connect_kwargs(dsn, 5)
     with ConnectionPool(dsn, min_size=RUNNERS, max_size=RUNNERS, kwargs=kwargs) as pool:
-        tally = _race_threads(lambda: DeltaPostgresSaver(pool), False, maintain=False)
+        tally = _race_threads(
+            lambda: DeltaPostgresSaver(pool), False, maintain=False, going=going
+        )
     out.put((dict(tally.counts), tally.samples))
 
 
@@ -302,14 +347,29 @@ def test_maintenance_racing_runs_in_other_processes(dsn: str) -> None:
     process's maintenance cannot tell to forget anything), the maintenance here."""
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_process_runners, args=(dsn, out)) for _ in range(2)]
+    stop = ctx.Event()
+    invokes = ctx.Value("l", 0)  # the children's invokes, all together
+    procs = [
+        ctx.Process(target=_process_runners, args=(dsn, out, stop, invokes))
+        for _ in range(2)
+    ]
     for p in procs:
         p.start()
     try:
         time.sleep(1.0)  # the children import LangGraph before they race
         kwargs = connect_kwargs(dsn, 5)
+        t0 = time.monotonic()
+
+        def going(tally: Tally) -> bool:  # on until the runners' and the maintenance's counts
+            return _racing(t0, invokes.value, tally.counts["maintenance"])
+
         with ConnectionPool(dsn, min_size=1, max_size=1, kwargs=kwargs) as pool:
-            maint = _race_threads(lambda: DeltaPostgresSaver(pool), False, runners=False)
+            try:
+                maint = _race_threads(
+                    lambda: DeltaPostgresSaver(pool), False, runners=False, going=going
+                )
+            finally:
+                stop.set()
         tally = Tally()
         tally.counts.update(maint.counts)
         tally.samples.update(maint.samples)

@@ -199,7 +199,8 @@ def test_every_checkpoint_left_reads_as_before(dsn: str) -> None:
         warm = DeltaPostgresSaver(conn)  # its cache is filled before another saver prunes
         cold = DeltaPostgresSaver(conn2, cache_bytes=0)
 
-        @settings(max_examples=80, deadline=None,
+        # the same examples every run, and a failure prints its @reproduce_failure line
+        @settings(max_examples=80, deadline=None, derandomize=True, print_blob=True,
                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
         @given(
             ops=st.lists(OPS, min_size=3, max_size=24),

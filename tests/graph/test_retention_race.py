@@ -5,7 +5,9 @@ A run invokes a DeltaChannel graph over and over (each invoke acknowledged when 
 returns) while another connection prunes the thread (keep_latest, keep_last) as fast as
 it can and a third one loads it. At the end the thread's state must equal the same
 inputs replayed on InMemorySaver, through our saver and the official one, and no prune
-or load may have failed.
+or load may have failed. The run makes at least TURNS invokes, and goes on until the
+pruner and the loader have each done their MIN_RACING calls during it (counted, not
+timed: a loaded machine prunes less per invoke); one that has not by RUN_S fails.
 """
 
 from __future__ import annotations
@@ -29,17 +31,20 @@ TURNS = 40
 FREQ = 50
 #: the longest a worker may take to stop after being told (one prune or load)
 JOIN_S = 60.0
-#: a worker stops by itself after this long even if never told (the run hung)
+#: a worker stops by itself after this long even if never told (the run hung); the run
+#: stops invoking by then too, and fails if the race was not done
 RUN_S = 300.0
+#: prunes and loads that must have run during the invokes
+MIN_RACING = 11
 
 
 def T(thread: str) -> dict[str, Any]:
     return {"configurable": {"thread_id": thread}}
 
 
-def expected_state(durability: str) -> Any:
+def expected_state(durability: str, turns: int = TURNS) -> Any:
     g = fanout_builder(FREQ).compile(checkpointer=InMemorySaver())
-    for i in range(TURNS):
+    for i in range(turns):
         g.invoke({"items": [f"u{i}"]}, T("R"), durability=durability)  # type: ignore[arg-type]
     return canon(g.get_state(T("R")).values)
 
@@ -96,8 +101,13 @@ def test_prune_racing_a_live_run_sync(dsn: str, durability: str) -> None:
             w.start()
         try:
             t0 = time.monotonic()
-            for i in range(1, TURNS):
-                g.invoke({"items": [f"u{i}"]}, T("R"), durability=durability)  # type: ignore[arg-type]
+            turns = 1
+            while turns < TURNS or (
+                (pruned[0] < MIN_RACING or pruned[1] == 0 or loads[0] < MIN_RACING)
+                and time.monotonic() - t0 < RUN_S
+            ):
+                g.invoke({"items": [f"u{turns}"]}, T("R"), durability=durability)  # type: ignore[arg-type]
+                turns += 1
                 assert not errors, errors
             elapsed = time.monotonic() - t0
         finally:
@@ -106,9 +116,10 @@ def test_prune_racing_a_live_run_sync(dsn: str, durability: str) -> None:
                 w.join(JOIN_S)
         assert not any(w.is_alive() for w in workers), "a pruner or loader hung"
         assert not errors, errors
-        assert pruned[0] > 10 and pruned[1] > 0, (pruned, elapsed)
-        assert loads[0] > 10
-        want = expected_state(durability)
+        did = f"{turns} invokes, {pruned} prunes and checkpoints pruned, {loads} loads"
+        assert pruned[0] >= MIN_RACING and pruned[1] > 0, f"{did} in {elapsed:.0f} s"
+        assert loads[0] >= MIN_RACING, f"{did} in {elapsed:.0f} s"
+        want = expected_state(durability, turns)
         assert canon(g.get_state(T("R")).values) == want
         with official_saver(dsn) as off:
             g_off = fanout_builder(FREQ).compile(checkpointer=off)
@@ -139,14 +150,18 @@ async def test_prune_racing_a_live_run_async(dsn: str) -> None:
                 await asyncio.sleep(0)
 
         task = asyncio.create_task(pruner())
+        turns = 0
+        t0 = time.monotonic()
         try:
-            for i in range(TURNS):
-                await asyncio.wait_for(g.ainvoke({"items": [f"u{i}"]}, T("R")), JOIN_S)
+            while turns < TURNS or (pruned[0] < MIN_RACING and time.monotonic() - t0 < RUN_S):
+                await asyncio.wait_for(g.ainvoke({"items": [f"u{turns}"]}, T("R")), JOIN_S)
                 await asyncio.wait_for(g.aget_state(T("R")), JOIN_S)
+                turns += 1
+                assert not errors, errors
         finally:
             done.set()
             # bounded: a pruner stuck in a statement fails here, not the suite
             await asyncio.wait_for(task, JOIN_S)
         assert not errors, errors
-        assert pruned[0] > 10
-        assert canon((await g.aget_state(T("R"))).values) == expected_state("async")
+        assert pruned[0] >= MIN_RACING, f"{turns} invokes, {pruned[0]} prunes"
+        assert canon((await g.aget_state(T("R"))).values) == expected_state("async", turns)

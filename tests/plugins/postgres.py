@@ -5,7 +5,9 @@ Resolution order (the first that is available wins):
 1. ``LGDP_TEST_DSN``: a DSN of a server where the tests may create and drop databases
    (a superuser, or a role with CREATEDB).
 2. A Docker engine, through testcontainers (``postgres:16-alpine``).
-3. The embedded Postgres of the ``embedded`` extra (``pgserver``), in a temp directory.
+3. The embedded Postgres of the ``embedded`` extra (``pgserver``), in a temp directory,
+   started as ``langgraph-delta-pg postgres`` starts it: a watchdog process stops it and
+   removes the directory if the test run is killed (SIGKILL) before it can.
 
 With none available the Postgres tests are skipped, except when ``CI`` is set, where
 that is an error: CI never counts a skipped Postgres test as passing.
@@ -23,8 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -35,6 +35,8 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 ENV_DSN = "LGDP_TEST_DSN"
+#: the embedded server's temporary data directory: $TMPDIR/lgdp-test-pg-...
+EMBEDDED_PREFIX = "lgdp-test-pg-"
 #: this session's template database: named per session, so two sessions (or parallel
 #: workers) on one server never drop or clone each other's
 TEMPLATE = f"lgdp_template_{os.getpid()}_{uuid.uuid4().hex[:8]}"
@@ -102,21 +104,21 @@ def _start_server() -> Iterator[PgServer | str]:
         with PostgresContainer("postgres:16-alpine", driver=None) as pg:
             yield _describe(pg.get_connection_url(), "docker (testcontainers)")
         return
-    try:
-        import pgserver  # type: ignore[import-untyped]
-    except ImportError:
-        yield (
-            f"no Postgres for the tests: set {ENV_DSN}, run a Docker engine, or "
-            "pip install 'langgraph-delta-postgres[embedded]'"
-        )
-        return
-    tmp = tempfile.mkdtemp(prefix="lgdp-test-pg-")
-    srv = pgserver.get_server(tmp, cleanup_mode="delete")
-    try:
-        yield _describe(srv.get_uri(), "embedded (pgserver)")
-    finally:
-        srv.cleanup()
-        shutil.rmtree(tmp, ignore_errors=True)
+    # as `langgraph-delta-pg postgres` starts it: with the watchdog process that stops the
+    # server and removes its directory if this process dies without doing it (a SIGKILL of
+    # the test run, the OOM killer)
+    from langgraph_delta_postgres.cli.postgres import (
+        EmbeddedPostgresUnavailable,
+        embedded_postgres,
+    )
+
+    with contextlib.ExitStack() as stack:
+        try:
+            dsn = stack.enter_context(embedded_postgres(prefix=EMBEDDED_PREFIX))
+        except EmbeddedPostgresUnavailable as e:
+            yield f"no Postgres for the tests: set {ENV_DSN}, run a Docker engine, or ({e})"
+            return
+        yield _describe(dsn, "embedded (pgserver)")
 
 
 def _describe(dsn: str, source: str) -> PgServer:

@@ -208,22 +208,63 @@ def test_a_wrong_password_is_reported_with_postgres_words(
         assert "wrong-password" not in lines[0]
 
 
-@pytest.mark.parametrize("command", ["status", "migrate"])
-def test_a_closed_pipe_is_no_traceback(empty_dsn: str, command: str) -> None:
-    """``langgraph-delta-pg status | true`` once the reader has gone: no traceback, the
-    exit code of a tool killed by SIGPIPE (it was a BrokenPipeError traceback, or exit
-    120; issue 38). A real pipe whose read end is closed before the command writes."""
+#: Every command that prints to stdout, as a user runs it (``{dsn}``: a migrated database
+#: holding one thread, "t"): the argparse ones too, and prune's rich table.
+PRINTING = {
+    "--version": ["--version"],
+    "--help": ["--help"],
+    "status": ["status", "--dsn", "{dsn}"],
+    "migrate": ["migrate", "--dsn", "{dsn}"],
+    "inspect": ["inspect", "--thread", "t", "--dsn", "{dsn}"],
+    "inspect-json": ["inspect", "--thread", "t", "--json", "--dsn", "{dsn}"],
+    "prune": ["prune", "--thread", "t", "--dry-run", "--dsn", "{dsn}"],
+    "demo": ["demo", "--turns", "2", "--dsn", "{dsn}"],
+    "bench": ["bench", "--scale", "tiny", "--only", "retention", "--dsn", "{dsn}"],
+    "postgres": ["postgres"],
+}
+
+
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("command", list(PRINTING))
+def test_a_closed_pipe_is_no_traceback(
+    dsn: str, tmp_path: Path, command: str, buffered: bool
+) -> None:
+    """``langgraph-delta-pg COMMAND | true``: the reader has gone before the command
+    writes (a real pipe whose read end is closed). Every printing command ends the same
+    way, from one place (cli.main): no traceback, nothing on stderr about it, the exit
+    code of a tool killed by SIGPIPE (docs/api.md). It was a BrokenPipeError traceback
+    or exit 120 (issue 38); then prune exited 1 (rich's Console exits so on a broken
+    pipe), and --version / --help 0 when Python writes unbuffered (argparse drops the
+    error). Both ways of writing: buffered, and PYTHONUNBUFFERED=1."""
+    if command in ("demo", "bench"):
+        pytest.importorskip("langgraph.checkpoint.postgres")  # their extras
+    if command == "bench":
+        pytest.importorskip("matplotlib")
+    with DeltaPostgresSaver.from_conn_string(dsn) as saver:
+        saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
+                  empty_checkpoint(), {"step": 0}, {})
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "PYTHONUNBUFFERED")}
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    tmp = tmp_path / "tmp"  # `postgres`: its server's directory lands here
+    tmp.mkdir()
+    (tmp_path / "runtime").mkdir(mode=0o700)
+    env.update(TMPDIR=str(tmp), XDG_RUNTIME_DIR=str(tmp_path / "runtime"))
     read, write = os.pipe()
     os.close(read)
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "langgraph_delta_postgres", command, "--dsn", empty_dsn],
-            stdout=write, stderr=subprocess.PIPE, text=True, timeout=120,
+            [sys.executable, "-m", "langgraph_delta_postgres",
+             *(a.format(dsn=dsn) for a in PRINTING[command])],
+            stdout=write, stderr=subprocess.PIPE, text=True, timeout=300, env=env,
         )
     finally:
         os.close(write)
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+    assert "error" not in done.stderr.lower(), done.stderr
     assert done.returncode == 141, (done.returncode, done.stderr)
+    if command == "postgres":  # and it stopped the server it had started
+        assert list(tmp.iterdir()) == []
 
 
 @pytest.mark.parametrize("fmt", [[], ["--json"]], ids=["text", "json"])

@@ -1,8 +1,11 @@
 """`langgraph-delta-pg postgres` end to end: the DSN on stdout serves a real graph, and
-SIGTERM leaves no server process and no directory (``--dir`` keeps its data instead)."""
+SIGTERM leaves no server process and no directory (``--dir`` keeps its data instead); a
+SIGKILL leaves none either, and does not keep a later ``--dir`` start from stopping its
+server."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -18,6 +21,7 @@ from langgraph.channels.delta import DeltaChannel
 from langgraph.graph import START, StateGraph
 
 from langgraph_delta_postgres import DeltaPostgresSaver
+from langgraph_delta_postgres.cli import _watchdog
 from tests.unit.test_demo_inspect import one_line_error, postgres_processes_under
 
 START_TIMEOUT = 120
@@ -163,23 +167,97 @@ def test_sigkill_leaves_no_server_and_no_directory(tmp: Path) -> None:
     assert list(tmp.iterdir()) == []
 
 
-def test_sigkill_with_dir_stops_the_server_and_keeps_the_data(tmp: Path) -> None:
+def postmaster_pid(data: Path) -> int:
+    """The running server's pid, from the first line of ``DATA/postmaster.pid``."""
+    pid = int((data / "postmaster.pid").read_text().splitlines()[0])
+    assert _watchdog._alive(pid), f"postmaster {pid} of {data} is not running"
+    return pid
+
+
+def assert_gone(pid: int, what: str) -> None:
+    """``pid`` ends within 30 s (a zombie counts as gone): checked in /proc, not by a
+    file the server may or may not have removed."""
+    deadline = time.monotonic() + 30
+    while _watchdog._alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _watchdog._alive(pid), f"{what}: process {pid} is still running"
+
+
+@pytest.fixture
+def no_server_left(tmp: Path) -> Iterator[Path]:
+    """``tmp/pgdata``, and afterwards no server left in it whatever the test found: the
+    watchdogs of this test's commands and the postmaster of the directory are stopped."""
     data = tmp / "pgdata"
+    yield data
+    for line in pgrep(data):
+        pid = int(line.split()[0])
+        if "_watchdog.py" in line:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    _watchdog.stop_server(data)
+
+
+def test_sigkill_with_dir_stops_the_server_and_keeps_the_data(no_server_left: Path) -> None:
+    # issue 38: after one SIGKILL, pgserver still listed the killed command as using the
+    # server (.handle_pids.json), so every later `postgres --dir` start left its server
+    # running on exit (not the last one using it) while saying it stopped it
+    data = no_server_left
+    tmp = data.parent
     served = serve(tmp, "--dir", str(data))
     assert _turns(served.dsn, "kept", ["a"]) == ["a", "echo a"]
+    first = postmaster_pid(data)
     served.proc.kill()
     served.proc.communicate(timeout=START_TIMEOUT)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and pgrep(data):
-        time.sleep(0.2)
+    assert_gone(first, "the server of a command killed with SIGKILL (its watchdog stops it)")
     assert pgrep(data) == []
     assert (data / "PG_VERSION").exists()
-    served = serve(tmp, "--dir", str(data))  # and the next start finds the thread
+    # the next starts find the thread, and their stop (SIGTERM, then Ctrl-C) stops the server
+    for sig, word in ((signal.SIGTERM, "b"), (signal.SIGINT, "c")):
+        served = serve(tmp, "--dir", str(data))
+        pid = postmaster_pid(data)
+        assert pid != first
+        try:
+            assert _turns(served.dsn, "kept", [word])[-2:] == [word, f"echo {word}"]
+        finally:
+            served.proc.send_signal(sig)
+            _, err = served.proc.communicate(timeout=START_TIMEOUT)
+        assert served.proc.returncode == 0, err
+        assert "stopping Postgres" in err
+        assert_gone(pid, f"the server after a {sig.name} of `postgres --dir` (after a SIGKILL)")
+        assert not (data / "postmaster.pid").exists()
+        assert pgrep(data) == []
+    served = serve(tmp, "--dir", str(data))
     try:
-        assert _turns(served.dsn, "kept", ["b"]) == ["a", "echo a", "b", "echo b"]
+        assert _turns(served.dsn, "kept", ["d"]) == [
+            x for w in "abcd" for x in (w, f"echo {w}")
+        ]
     finally:
-        code, err = served.stop()
+        served.stop()
+
+
+def test_dir_start_after_its_command_and_watchdog_died_stops_its_server(
+    no_server_left: Path,
+) -> None:
+    # the command and its watchdog both killed (the OOM killer taking both, a reboot): the
+    # next start drops the dead command from pgserver's list itself, uses the server that
+    # was left, and stops it on exit
+    data = no_server_left
+    tmp = data.parent
+    served = serve(tmp, "--dir", str(data))
+    left = postmaster_pid(data)
+    watchdogs = [int(ln.split()[0]) for ln in pgrep(data) if "_watchdog.py" in ln]
+    assert len(watchdogs) == 1, pgrep(data)
+    os.kill(watchdogs[0], signal.SIGKILL)
+    assert_gone(watchdogs[0], "the watchdog killed with SIGKILL")
+    served.proc.kill()
+    served.proc.communicate(timeout=START_TIMEOUT)
+    assert _watchdog._alive(left)  # nothing was left to stop it
+    served = serve(tmp, "--dir", str(data))
+    assert postmaster_pid(data) == left  # pgserver uses the running server
+    code, err = served.stop()
     assert code == 0, err
+    assert_gone(left, "the server after a SIGTERM of the next `postgres --dir`")
+    assert pgrep(data) == []
 
 
 def pgrep(data: Path) -> list[str]:
