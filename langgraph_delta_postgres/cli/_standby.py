@@ -6,10 +6,18 @@ cluster and writes ``primary_conninfo`` + ``standby.signal``; ``pg_ctl start`` r
 a hot standby on a Unix socket of its own. Needs, on the primary: ``wal_level`` replica
 or logical, a free WAL sender (``max_wal_senders``), a role with the REPLICATION
 attribute (a superuser has it) and a ``replication`` line in ``pg_hba.conf`` (initdb's
-default has one for local and loopback connections); here: ``pg_basebackup``,
-``pg_ctl`` and ``postgres`` of the primary's major version (the embedded server's own
-directory, ``/usr/lib/postgresql/<major>/bin``, or ``PATH``). :func:`why_not` says which
-of these is missing, in one line, without starting anything.
+default has one for local and loopback connections); here: ``pg_ctl`` and ``postgres``
+of the primary's major version (the embedded server's own directory,
+``/usr/lib/postgresql/<major>/bin``, or ``PATH``) and a ``pg_basebackup`` of that major
+version or a newer one (Postgres's pg_basebackup backs up servers of its own and older
+major versions; one of the primary's version is preferred, else the oldest newer one).
+:func:`why_not` says which of these is missing, in one line, without starting anything.
+
+With a newer ``pg_basebackup``, ``-R`` is not used: it writes into ``primary_conninfo``
+the options its own libpq knows, and the standby's older libpq refuses options it does
+not (``sslnegotiation``, from 17, in a 16 standby); the module writes ``standby.signal``,
+``primary_conninfo`` (the primary DSN's options without ``dbname``; host, port, user and
+password as the connection resolved them) and ``primary_slot_name`` itself.
 
 As root, the standby runs as the OS user that owns the primary's data directory (the
 server refuses to run as root). A watchdog process (:mod:`._watchdog`) stops it and
@@ -51,10 +59,13 @@ class StandbyUnavailable(RuntimeError):
 
 @dataclass
 class _Plan:
-    bindir: Path
+    bindir: Path  # pg_ctl and postgres (and initdb, where there) of the primary's major
     os_user: str | None  # None: run as ourselves
     port: str
     settings: dict[str, str]
+    major: int  # the primary's major version
+    basebackup: Path  # a pg_basebackup of that major version or a newer one
+    basebackup_major: int
 
 
 def lsn_int(lsn: str) -> int:
@@ -76,21 +87,49 @@ def _major_of_binary(path: Path) -> int | None:
     return None
 
 
-def _bindir(major: int) -> Path | None:
+def _candidates() -> list[Path]:
     candidates: list[Path] = []
     with contextlib.suppress(Exception):
         from pgserver._commands import POSTGRES_BIN_PATH
 
         candidates.append(Path(POSTGRES_BIN_PATH))
+    return candidates
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def _bindir(major: int) -> Path | None:
+    candidates = _candidates()
     candidates.append(Path(f"/usr/lib/postgresql/{major}/bin"))
     if (on_path := shutil.which("pg_ctl")) is not None:
         candidates.append(Path(os.path.realpath(on_path)).parent)
     for d in candidates:
-        need = [d / n for n in ("pg_basebackup", "pg_ctl", "postgres")]
-        if all(p.is_file() and os.access(p, os.X_OK) for p in need):
+        if _executable(d / "pg_ctl") and _executable(d / "postgres"):
             if _major_of_binary(d / "postgres") == major:
                 return d
     return None
+
+
+def _basebackup(major: int, bindir: Path | None) -> tuple[Path, int] | None:
+    """A ``pg_basebackup`` that can back up a server of ``major``, and its major version:
+    one of that major version, else the oldest newer one (a pg_basebackup refuses a server
+    newer than itself)."""
+    dirs = [*([bindir] if bindir is not None else []), *_candidates(),
+            *sorted(Path("/usr/lib/postgresql").glob("*/bin"))]
+    if (on_path := shutil.which("pg_basebackup")) is not None:
+        dirs.append(Path(os.path.realpath(on_path)).parent)
+    found: list[tuple[int, Path]] = []
+    for d in dict.fromkeys(dirs):
+        if _executable(p := d / "pg_basebackup"):
+            got = _major_of_binary(p)
+            if got is not None and got >= major:
+                found.append((got, p))
+    if not found:
+        return None
+    got, path = min(found, key=lambda f: f[0])
+    return path, got
 
 
 def _plan(primary_dsn: str) -> _Plan:
@@ -122,8 +161,13 @@ def _plan(primary_dsn: str) -> _Plan:
     bindir = _bindir(int(major))
     if bindir is None:
         raise StandbyUnavailable(
-            f"no pg_basebackup/pg_ctl/postgres of major version {major} found (embedded "
-            f"server, /usr/lib/postgresql/{major}/bin, PATH)"
+            f"no pg_ctl/postgres of major version {major} found (embedded server, "
+            f"/usr/lib/postgresql/{major}/bin, PATH)"
+        )
+    if (basebackup := _basebackup(int(major), bindir)) is None:
+        raise StandbyUnavailable(
+            f"no pg_basebackup of major version {major} or newer found (embedded server, "
+            f"/usr/lib/postgresql/*/bin, PATH)"
         )
     os_user: str | None = None
     if os.geteuid() == 0:
@@ -140,7 +184,7 @@ def _plan(primary_dsn: str) -> _Plan:
         if owner is None or owner == "root":
             raise StandbyUnavailable("running as root and no postgres OS user to run a standby")
         os_user = owner
-    return _Plan(bindir, os_user, str(port), settings)
+    return _Plan(bindir, os_user, str(port), settings, int(major), *basebackup)
 
 
 def why_not(primary_dsn: str) -> str | None:
@@ -296,9 +340,12 @@ def standby_of(primary_dsn: str) -> Iterator[Standby]:
             # A database created or dropped on the primary while the backup copies it
             # can fail the copy (a file that vanished): try again, from scratch.
             try:
-                sb._cmd(str(plan.bindir / "pg_basebackup"), "-d", primary_dsn, "-D",
-                        str(sb.data), "-R", "-X", "stream", "-C", "-S", slot, "-c", "fast",
-                        "--no-sync", timeout=600)
+                same = plan.basebackup_major == plan.major
+                sb._cmd(str(plan.basebackup), "-d", primary_dsn, "-D", str(sb.data),
+                        *(["-R"] if same else []), "-X", "stream", "-C", "-S", slot,
+                        "-c", "fast", "--no-sync", timeout=600)
+                if not same:
+                    _write_standby_config(sb.data, primary_dsn, slot, plan.os_user)
                 break
             except StandbyUnavailable:
                 if attempt == BACKUP_ATTEMPTS - 1:
@@ -313,6 +360,33 @@ def standby_of(primary_dsn: str) -> Iterator[Standby]:
         _drop_slot(primary_dsn, slot)
         shutil.rmtree(directory, ignore_errors=True)
         _watchdog.release(guard)
+
+
+def _write_standby_config(data: Path, primary_dsn: str, slot: str, os_user: str | None) -> None:
+    """What ``pg_basebackup -R`` writes, in options the standby's own libpq knows: the
+    primary DSN's options without ``dbname``, with host, port, user and password as the
+    connection resolved them (from the environment or a passfile too)."""
+    params: dict[str, Any] = {
+        k: v for k, v in conninfo_to_dict(primary_dsn).items() if k != "dbname"
+    }
+    try:
+        with psycopg.connect(primary_dsn, autocommit=True, connect_timeout=10) as conn:
+            info = conn.info
+            params.setdefault("host", info.host)
+            params.setdefault("port", str(info.port))
+            params.setdefault("user", info.user)
+            if info.password:
+                params.setdefault("password", info.password)
+    except psycopg.Error as e:
+        raise StandbyUnavailable(f"the primary is not reachable ({str(e).strip()[:200]})") from e
+    conninfo = make_conninfo(**params).replace("'", "''")
+    with open(data / "postgresql.auto.conf", "a", encoding="utf-8") as f:
+        f.write(f"\nprimary_conninfo = '{conninfo}'\nprimary_slot_name = '{slot}'\n")
+    signal = data / "standby.signal"
+    signal.touch()
+    if os_user is not None:
+        pw = pwd.getpwnam(os_user)
+        os.chown(signal, pw.pw_uid, pw.pw_gid)
 
 
 #: replication slots of the standbys this module starts: PREFIX<pid>_<random>
