@@ -87,6 +87,10 @@ def _major_of_binary(path: Path) -> int | None:
     return None
 
 
+#: Debian's and Ubuntu's server packages: <this>/<major>/bin
+_SYSTEM_PG = Path("/usr/lib/postgresql")
+
+
 def _candidates() -> list[Path]:
     candidates: list[Path] = []
     with contextlib.suppress(Exception):
@@ -102,7 +106,7 @@ def _executable(path: Path) -> bool:
 
 def _bindir(major: int) -> Path | None:
     candidates = _candidates()
-    candidates.append(Path(f"/usr/lib/postgresql/{major}/bin"))
+    candidates.append(_SYSTEM_PG / str(major) / "bin")
     if (on_path := shutil.which("pg_ctl")) is not None:
         candidates.append(Path(os.path.realpath(on_path)).parent)
     for d in candidates:
@@ -117,7 +121,7 @@ def _basebackup(major: int, bindir: Path | None) -> tuple[Path, int] | None:
     one of that major version, else the oldest newer one (a pg_basebackup refuses a server
     newer than itself)."""
     dirs = [*([bindir] if bindir is not None else []), *_candidates(),
-            *sorted(Path("/usr/lib/postgresql").glob("*/bin"))]
+            *sorted(_SYSTEM_PG.glob("*/bin"))]
     if (on_path := shutil.which("pg_basebackup")) is not None:
         dirs.append(Path(os.path.realpath(on_path)).parent)
     found: list[tuple[int, Path]] = []

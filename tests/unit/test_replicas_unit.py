@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from langgraph_delta_postgres._server import ServerIdentity
@@ -74,3 +76,34 @@ def test_replica_bounds_refuse_another_cluster_or_timeline() -> None:
         with pytest.raises(Unsafe) as e:
             b.verify(other)
         assert e.value.reason == reason and says in e.value.detail
+
+
+def test_standby_takes_a_pg_basebackup_of_the_servers_major_else_the_oldest_newer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pg_basebackup backs up servers of its own and older major versions: the standby
+    takes one of the server's major where there is one, else the oldest newer one, never
+    an older one (it would refuse the server)."""
+    from langgraph_delta_postgres.cli import _standby
+
+    def fake(path: Path, said: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"#!/bin/sh\necho '{said}'\n")
+        path.chmod(0o755)
+
+    system = tmp_path / "system"
+    for major in (13, 15, 18):
+        fake(system / str(major) / "bin" / "pg_basebackup", f"pg_basebackup (PostgreSQL) {major}.2")
+    server = tmp_path / "server"  # a server build without pg_basebackup (npm's)
+    fake(server / "postgres", "postgres (PostgreSQL) 16.14")
+    monkeypatch.setattr(_standby, "_SYSTEM_PG", system)
+    monkeypatch.setattr(_standby, "_candidates", lambda: [])
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+
+    assert _standby._basebackup(16, server) == (system / "18" / "bin" / "pg_basebackup", 18)
+    assert _standby._basebackup(14, server) == (system / "15" / "bin" / "pg_basebackup", 15)
+    assert _standby._basebackup(15, server) == (system / "15" / "bin" / "pg_basebackup", 15)
+    assert _standby._basebackup(19, server) is None
+    # the server's own directory first, when it has one of its major
+    fake(server / "pg_basebackup", "pg_basebackup (PostgreSQL) 16.14")
+    assert _standby._basebackup(16, server) == (server / "pg_basebackup", 16)
