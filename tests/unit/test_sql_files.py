@@ -16,8 +16,9 @@ PACKAGE = Path(langgraph_delta_postgres.__file__).parent
 SQL_DIR = Path(str(data_dir("sql")))
 # dotted string literals in the package that are documentation, not query keys
 NOT_KEYS = {"file.block"}
-#: dotted literals that are file names (pyproject.toml, postmaster.pid), not query keys
-FILE_SUFFIXES = (".py", ".sql", ".toml", ".pid")
+#: dotted literals that are file names (pyproject.toml, postmaster.pid, standby.signal),
+#: not query keys
+FILE_SUFFIXES = (".py", ".sql", ".toml", ".pid", ".signal")
 
 
 def all_keys() -> dict[str, str]:
