@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,15 +44,19 @@ def test_waits(dsn):
 
 
 @pytest.fixture
-def session_dir(tmp_path: Path) -> Iterator[Path]:
+def session_dir() -> Iterator[Path]:
     """The inner session's files; afterwards whatever it left is stopped and removed,
-    so a failing case (the old plugin) leaves nothing on the machine either."""
-    yield tmp_path
-    (tmp_path / "stop").touch()
-    tmpdir = tmp_path / "tmp"
-    for data in tmpdir.glob(f"{EMBEDDED_PREFIX}*"):
-        _watchdog.stop_server(data)
-    shutil.rmtree(tmpdir, ignore_errors=True)
+    so a failing case (the old plugin) leaves nothing on the machine either. A short
+    path under /tmp, not pytest's tmp_path: under xdist that is too long for the server's
+    Unix socket (pgserver: "Could not find a suitable socket path")."""
+    base = Path(tempfile.mkdtemp(prefix="lgdp-sk-", dir="/tmp"))
+    try:
+        yield base
+    finally:
+        (base / "stop").touch()
+        for data in (base / "tmp").glob(f"{EMBEDDED_PREFIX}*"):
+            _watchdog.stop_server(data)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.mark.parametrize("workers", [None, "1"], ids=["pytest", "xdist-controller"])

@@ -54,6 +54,10 @@ class Served:
         return self.proc.returncode, err
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def serve(tmp: Path, *args: str) -> Served:
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     env["TMPDIR"] = str(tmp)  # the temporary data directory lands in this test's tmp
@@ -66,6 +70,9 @@ def serve(tmp: Path, *args: str) -> Served:
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        # Ctrl-C as a terminal sends it: an xdist worker ignores SIGINT, and an ignored
+        # signal stays ignored across exec, so the command would never see the SIGINT
+        preexec_fn=_default_sigint,
     )
     watchdog = threading.Timer(START_TIMEOUT, proc.kill)
     watchdog.start()
