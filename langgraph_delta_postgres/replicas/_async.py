@@ -4,7 +4,6 @@ operations (:mod:`._ops`), awaited; the rules are in :mod:`._rules`.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -23,6 +22,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
+from .._bridge import SyncBridge
 from .._connect import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_PREPARE_THRESHOLD,
@@ -56,7 +56,7 @@ from ._rules import (
 )
 
 
-class AsyncRoutingSaver(_RoutingCore):
+class AsyncRoutingSaver(SyncBridge, _RoutingCore):
     """The async twin of :class:`RoutingSaver` (``AsyncConnectionPool`` or DSNs)."""
 
     primary: AsyncDeltaPostgresSaver
@@ -269,85 +269,8 @@ class AsyncRoutingSaver(_RoutingCore):
     ) -> set[str]:
         return await self.primary.aget_delta_channel_keepset(config=config, channels=channels)
 
-    # sync calls from another thread, as the async savers allow (run on the loop)
+    # sync calls from another thread, as the async savers allow (SyncBridge), run on the
+    # primary saver's loop
 
     def _from_thread(self, coro: Any) -> Any:
         return self.primary._from_thread(coro)
-
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._from_thread(self.aget_tuple(config))  # type: ignore[no-any-return]
-
-    def get_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, DeltaChannelHistory]:
-        return self._from_thread(  # type: ignore[no-any-return]
-            self.aget_delta_channel_history(config=config, channels=channels)
-        )
-
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        async def collect() -> list[CheckpointTuple]:
-            return [x async for x in self.alist(config, filter=filter, before=before,
-                                                limit=limit)]
-
-        yield from self._from_thread(collect())
-
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        return self._from_thread(  # type: ignore[no-any-return]
-            self.aput(config, checkpoint, metadata, new_versions)
-        )
-
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        self._from_thread(self.aput_writes(config, writes, task_id, task_path))
-
-    def delete_thread(self, thread_id: str) -> None:
-        self._from_thread(self.adelete_thread(thread_id))
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        self._from_thread(self.adelete_for_runs(run_ids))
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self._from_thread(self.acopy_thread(source_thread_id, target_thread_id))
-
-    def prune(  # type: ignore[override]  # returns what it deleted instead of None
-        self,
-        thread_ids: Sequence[str],
-        *,
-        strategy: str = "keep_latest",
-        keep_last: int | None = None,
-        before: datetime | None = None,
-        dry_run: bool = False,
-        graph: Any = None,
-    ) -> PruneStats:
-        return self._from_thread(  # type: ignore[no-any-return]
-            self.aprune(thread_ids, strategy=strategy, keep_last=keep_last, before=before,
-                        dry_run=dry_run, graph=graph)
-        )
-
-    def get_delta_channel_keepset(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> set[str]:
-        return self._from_thread(  # type: ignore[no-any-return]
-            self.aget_delta_channel_keepset(config=config, channels=channels)
-        )
-
-
-_ = asyncio  # the async twin's loop is the primary saver's (see _from_thread)
