@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 #: the lock of a saver on one connection
 ALock = asyncio.Lock
@@ -20,3 +21,7 @@ Event = threading.Event
 #: deprecated), a ``ConnectionPool`` in its constructor, as the savers always did
 APOOL_OPEN_AT_INIT = False
 POOL_OPEN_AT_INIT = True
+
+#: the wait between two tries of the migration lock
+asleep = asyncio.sleep
+sleep = time.sleep

@@ -1,4 +1,4 @@
-# Generated from langgraph_delta_postgres/aio.py by scripts/async_to_sync.py: do not edit.
+# Generated from aio.py by scripts/async_to_sync.py: do not edit.
 # Edit the source, then run: python scripts/async_to_sync.py
 """DeltaPostgresSaver: the synchronous checkpointer."""
 

@@ -39,6 +39,7 @@ PKG = "langgraph_delta_postgres"
 #: (source, generated), relative to the repository
 SOURCES: list[tuple[str, str]] = [
     (f"{PKG}/aio.py", f"{PKG}/saver.py"),
+    (f"{PKG}/_migrate_async.py", f"{PKG}/_migrate_sync.py"),
 ]
 
 #: async name -> sync name (a NAME token, or a whole word of a string or comment);
@@ -56,6 +57,8 @@ NAMES: dict[str, str | None] = {
     "ALock": "Lock",
     "AEvent": "Event",
     "APOOL_OPEN_AT_INIT": "POOL_OPEN_AT_INIT",
+    "asleep": "sleep",
+    "_migrate_async": "_migrate_sync",
     # the package
     "AsyncConn": "SyncConn",
     "AsyncDeltaPostgresSaver": "DeltaPostgresSaver",
@@ -195,7 +198,8 @@ def generate(source: str, target: str) -> str:
         input=body, capture_output=True, text=True, cwd=ROOT, check=True,
     ).stdout
     header = (
-        f"# Generated from {source} by scripts/async_to_sync.py: do not edit.\n"
+        f"# Generated from {source.removeprefix(PKG + '/')} by scripts/async_to_sync.py: "
+        "do not edit.\n"
         "# Edit the source, then run: python scripts/async_to_sync.py\n"
     )
     return header + tidied
