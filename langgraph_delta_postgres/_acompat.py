@@ -25,3 +25,7 @@ POOL_OPEN_AT_INIT = True
 #: the wait between two tries of the migration lock
 asleep = asyncio.sleep
 sleep = time.sleep
+
+#: what the routing saver adds to a saver method's name to call it (``aput``, ``put``)
+AMETHOD_PREFIX = "a"
+METHOD_PREFIX = ""

@@ -40,6 +40,7 @@ PKG = "langgraph_delta_postgres"
 SOURCES: list[tuple[str, str]] = [
     (f"{PKG}/aio.py", f"{PKG}/saver.py"),
     (f"{PKG}/_migrate_async.py", f"{PKG}/_migrate_sync.py"),
+    (f"{PKG}/replicas/_async.py", f"{PKG}/replicas/_sync.py"),
 ]
 
 #: async name -> sync name (a NAME token, or a whole word of a string or comment);
@@ -58,10 +59,15 @@ NAMES: dict[str, str | None] = {
     "AEvent": "Event",
     "APOOL_OPEN_AT_INIT": "POOL_OPEN_AT_INIT",
     "asleep": "sleep",
+    "AMETHOD_PREFIX": "METHOD_PREFIX",
     "_migrate_async": "_migrate_sync",
     # the package
     "AsyncConn": "SyncConn",
+    "aio": "saver",
     "AsyncDeltaPostgresSaver": "DeltaPostgresSaver",
+    "AsyncReplicaSaver": "ReplicaSaver",
+    "AsyncRoutingSaver": "RoutingSaver",
+    "atoken": "token",
     "SyncBridge": None,
     "adrive": "drive",
     "ahold": "hold",
@@ -186,7 +192,7 @@ def convert(text: str) -> str:
         out.append(new)
         last = end
     out.append(text[last:])
-    return "".join(out)
+    return "".join(out).rstrip("\n") + "\n"
 
 
 def generate(source: str, target: str) -> str:
