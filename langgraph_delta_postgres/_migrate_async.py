@@ -18,9 +18,10 @@ from psycopg.rows import dict_row
 from . import migrate as _m
 from ._acompat import asleep
 from ._sql import Queries
+from .migrate import Migration
 
 
-async def amigrate(conn: AsyncConnection[Any], *, schema: str | None = None) -> list[_m.Migration]:
+async def amigrate(conn: AsyncConnection[Any], *, schema: str | None = None) -> list[Migration]:
     """Apply pending migrations on ``conn``; returns those applied (empty: up to date)."""
     _m._check_idle(conn)
     migrations = _m.discover()

@@ -13,9 +13,10 @@ from psycopg.rows import dict_row
 from . import migrate as _m
 from ._acompat import sleep
 from ._sql import Queries
+from .migrate import Migration
 
 
-def migrate(conn: Connection[Any], *, schema: str | None = None) -> list[_m.Migration]:
+def migrate(conn: Connection[Any], *, schema: str | None = None) -> list[Migration]:
     """Apply pending migrations on ``conn``; returns those applied (empty: up to date)."""
     _m._check_idle(conn)
     migrations = _m.discover()
