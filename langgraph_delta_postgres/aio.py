@@ -1,13 +1,19 @@
+# The source of saver.py (scripts/async_to_sync.py writes it from this file).  # async-only
+# <async-only>
 """AsyncDeltaPostgresSaver: the asyncio checkpointer (same operations as the sync one)."""
+# </async-only>
+# <sync-only>
+# """DeltaPostgresSaver: the synchronous checkpointer."""
+# </sync-only>
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from contextlib import asynccontextmanager, nullcontext
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 import psycopg
 from langchain_core.runnables import RunnableConfig
@@ -25,6 +31,8 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from . import migrate as _migrate
+from ._acompat import APOOL_OPEN_AT_INIT, AEvent, ALock
+from ._bridge import SyncBridge  # async-only
 from ._connect import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_PREPARE_THRESHOLD,
@@ -51,7 +59,8 @@ AsyncConn = AsyncConnection[Any] | AsyncConnectionPool[Any]
 
 
 async def adrive(cur: AsyncCursor[Any], op: Op[T], at: list[Stmt] | None = None) -> T:
-    """Async twin of :func:`.saver.drive`: same generator, awaited I/O."""
+    """Run an operation's statements on ``cur``, feeding each one's rows back; ``at``
+    gets each statement before it runs (the one to run again if the connection broke)."""
     debug = debug_statements()
     try:
         stmt = next(op)
@@ -69,119 +78,31 @@ async def adrive(cur: AsyncCursor[Any], op: Op[T], at: list[Stmt] | None = None)
         return stop.value  # type: ignore[no-any-return]
 
 
-class _SyncBridge(SaverCore):
-    """The async saver's synchronous methods, for code that calls a checkpointer
-    synchronously from another thread (LangGraph does for get_state on a sync graph
-    API): each runs the async method on the saver's event loop."""
-
-    _bound_loop: asyncio.AbstractEventLoop | None
-
-    def _saver(self) -> AsyncDeltaPostgresSaver:
-        return cast("AsyncDeltaPostgresSaver", self)
-
-    def _from_thread(self, coro: Any) -> Any:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is not None and loop is self._loop:
-            raise asyncio.InvalidStateError(
-                "synchronous calls to AsyncDeltaPostgresSaver are only allowed from a "
-                "different thread; from the event loop use the async methods (aget_tuple, ...)"
-            )
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
-
-    @property
-    def _loop(self) -> asyncio.AbstractEventLoop:
-        loop = self._bound_loop
-        if loop is None:
-            raise asyncio.InvalidStateError(
-                "AsyncDeltaPostgresSaver has not been used on an event loop yet; "
-                "use the async methods"
-            )
-        return loop
-
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._from_thread(self.aget_tuple(config))  # type: ignore[no-any-return]
-
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        op = _op_list(self, config, filter, before, limit)
-        yield from self._from_thread(self._saver()._run(op))
-
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        return self._from_thread(  # type: ignore[no-any-return]
-            self.aput(config, checkpoint, metadata, new_versions)
-        )
-
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        self._from_thread(self.aput_writes(config, writes, task_id, task_path))
-
-    def delete_thread(self, thread_id: str) -> None:
-        self._from_thread(self.adelete_thread(thread_id))
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        self._from_thread(self.adelete_for_runs(run_ids))
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self._from_thread(self.acopy_thread(source_thread_id, target_thread_id))
-
-    def prune(  # type: ignore[override]  # returns what it deleted instead of None
-        self,
-        thread_ids: Sequence[str],
-        *,
-        strategy: str = "keep_latest",
-        keep_last: int | None = None,
-        before: datetime | None = None,
-        dry_run: bool = False,
-        graph: Any = None,
-    ) -> PruneStats:
-        return self._from_thread(  # type: ignore[no-any-return]
-            self._saver().aprune(
-                thread_ids, strategy=strategy, keep_last=keep_last, before=before, dry_run=dry_run,
-                graph=graph,
-            )
-        )
-
-    def get_delta_channel_keepset(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> set[str]:
-        return self._from_thread(  # type: ignore[no-any-return]
-            self._saver().aget_delta_channel_keepset(config=config, channels=channels)
-        )
-
-    def get_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, DeltaChannelHistory]:
-        return self._from_thread(  # type: ignore[no-any-return]
-            self.aget_delta_channel_history(config=config, channels=channels)
-        )
-
-
-class AsyncDeltaPostgresSaver(_SyncBridge):
+class AsyncDeltaPostgresSaver(SyncBridge, SaverCore):
+    # <async-only>
     """Asyncio Postgres checkpointer; see :class:`.DeltaPostgresSaver`.
 
     With an ``AsyncConnectionPool`` independent calls run concurrently on separate
     connections; with one ``AsyncConnection`` they take turns behind an asyncio lock.
+    Its synchronous methods (:class:`._bridge.SyncBridge`) run these on its event loop,
+    from another thread.
     """
+    # </async-only>
+    # <sync-only>
+    # """Postgres checkpointer whose ``get_delta_channel_history`` is one SQL statement.
+    #
+    # Args:
+    #     conn: a psycopg ``Connection`` (autocommit or not, any row factory) or a
+    #         ``ConnectionPool``. Calls on one connection are serialized by a lock;
+    #         a pool serves calls in parallel.
+    #     pipe: a ``Pipeline`` of ``conn`` to run in pipeline mode (a connection only).
+    #     serde: serializer (default ``JsonPlusSerializer``).
+    #     schema: the Postgres schema holding the tables (default: ``search_path``).
+    #     cache_bytes: budget of the decoded-value cache that lets history calls on the
+    #         same chain skip what earlier calls fetched (0 turns it off); one cache per
+    #         saver object. Answers are copies: mutating one never changes another.
+    # """
+    # </sync-only>
 
     def __init__(
         self,
@@ -202,18 +123,20 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
             raise ValueError("pipe can only be used with a single AsyncConnection, not a pool")
         self.conn = conn
         self.pipe = pipe
-        self.lock = asyncio.Lock()
-        self._turns = Turns(asyncio.Event)  # the order of its writes (see _order)
+        self.lock = ALock()
+        self._turns = Turns(AEvent)  # the order of its writes (see _order)
         self._init_core(schema, cache_bytes)
         #: put_writes queued for the single connection, run as one statement (WriteBatch)
         self._batch = (
             WriteBatch(self.queries)
             if isinstance(conn, AsyncConnection) and pipe is None else None
         )
-        try:
+        # <async-only>
+        try:  # the loop the sync methods run on (SyncBridge)
             self._bound_loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             self._bound_loop = None
+        # </async-only>
 
     @classmethod
     @asynccontextmanager
@@ -239,7 +162,9 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
             prepare_threshold=prepare_threshold, cache_bytes=cache_bytes,
         )
         if pool_size is not None:
-            # see DeltaPostgresSaver.from_conn_string: the connection's own error, at once
+            # one connection first: a wrong password, a missing database or a closed port
+            # is its error, at once (a pool retries in the background and the first call
+            # got a PoolTimeout after 30 s, without the cause)
             with explained_connect(prepare_threshold):
                 await (await AsyncConnection.connect(conn_string, **kwargs)).close()
             async with AsyncConnectionPool(
@@ -247,10 +172,11 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
                 min_size=1,
                 max_size=pool_size,
                 kwargs=kwargs,
-                # see DeltaPostgresSaver.from_conn_string
+                # a connection idle a while is checked before it is lent; one that broke
+                # sooner fails its statement, which runs again (check_if_idle, _run)
                 check=acheck_if_idle,
                 reset=amark_returned,
-                open=False,
+                open=APOOL_OPEN_AT_INIT,
             ) as pool:
                 yield cls(pool, serde=serde, schema=schema, cache_bytes=cache_bytes)
             return
@@ -276,7 +202,10 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
                 yield self.conn
 
     async def _check_server(self, conn: AsyncConnection[Any]) -> None:
-        """See :meth:`.DeltaPostgresSaver._check_server`."""
+        """A pooled connection's first use runs ``server.identity`` (see :mod:`._server`):
+        a pool may reach another server after a failover, a single connection never does
+        (it ends with its server). A connection to a server this saver no longer uses
+        (before a failover) is closed."""
         ident = self._server.known(conn)  # one lookup per checkout
         if ident is None:
             tx = nullcontext() if conn.autocommit else conn.transaction()
@@ -302,9 +231,15 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
         self, op: Op[T], *, atomic: bool = False, retried: bool = False,
         changes: int | None = None,
     ) -> T:
-        """See :meth:`.DeltaPostgresSaver._run`."""
+        """Run ``op`` on one connection; ``atomic``: several statements that must commit
+        together (every other operation is a single statement). A statement whose pooled
+        connection broke runs once more on a checked one (``_connect.may_retry``), unless
+        the server changed meanwhile (a failover: the statement was planned with what the
+        saver held of the old one; ``changes``: the count when the call began)."""
+        # <async-only>
         if self._bound_loop is None:
             self._bound_loop = asyncio.get_running_loop()
+        # </async-only>
         at: list[Stmt] = []
         broken = False
         began = changes
@@ -316,7 +251,7 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
                     began = self._server.changes
                 tx_cm = conn.transaction() if atomic or not conn.autocommit else nullcontext()
                 try:
-                    async with tx_cm, conn.cursor(binary=True) as cur:  # drive: row factory
+                    async with tx_cm, conn.cursor(binary=True) as cur:  # adrive: row factory
                         return await adrive(cur, op, at)
                 except psycopg.OperationalError as e:
                     broken = conn.broken or conn.closed or isinstance(e, SHUT_DOWN)
@@ -348,6 +283,19 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
         async with await AsyncConnection.connect(conninfo, autocommit=True) as own:
             await _migrate.amigrate(own, schema=self.schema)
 
+    # <async-only>
+    def _listed(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> Awaitable[list[CheckpointTuple]]:
+        """The sync ``list``'s (SyncBridge): the operation made, its arguments checked, in
+        the calling thread; run on the loop."""
+        return self._run(_op_list(self, config, filter, before, limit))
+
+    # </async-only>
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await self._run(_op_get_tuple(self, config))
 
@@ -428,7 +376,37 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
         dry_run: bool = False,
         graph: Any = None,
     ) -> PruneStats:
-        """See :meth:`.DeltaPostgresSaver.prune`."""
+        """Delete old checkpoints of ``thread_ids``; DeltaChannel-safe: every checkpoint
+        a read path returns afterwards reads what it read before (values, pending
+        writes, metadata, parent), and any other answers as deleted.
+
+        ``strategy="keep_latest"``: per thread and namespace, leave the latest checkpoint
+        (``keep_last=N``: the N latest of its parent chain) listed; keep the older
+        checkpoints their DeltaChannel state is rebuilt from (the keep-set, see
+        :meth:`aget_delta_channel_keepset`) as seeds only, which no read path returns
+        (``PruneStats.hidden``); delete every other checkpoint, write and blob. One
+        transaction per thread. ``graph`` (the compiled graph that wrote the threads):
+        first store each DeltaChannel's full value at the oldest checkpoint left listed
+        (a snapshot in the official saver's format, folded by the graph's reducers), so
+        no seed is kept: ``keep_last=N`` leaves N checkpoints per namespace.
+        ``strategy="delete"`` (or ``"delete_all"``): every row of the threads, in one
+        transaction. ``before``: only threads whose latest checkpoint is older
+        (timezone-aware). ``dry_run``: change nothing, count what would go.
+
+        Every argument is checked before any statement runs.
+
+        Raises:
+            TypeError: an argument of the wrong type: ``thread_ids`` a str (or not a
+                sequence of str / UUID ids), ``strategy`` not a str, ``keep_last`` not an
+                int, ``before`` not a datetime, ``dry_run`` not a bool (``"no"``,
+                ``None``, ``0`` are refused: only ``True`` / ``False``), ``graph`` not a
+                compiled graph.
+            ValueError: unknown strategy, ``keep_last`` < 1 (or given with
+                ``"delete"``), ``before`` a naive datetime.
+            HistoryError: a thread's parent chain has a cycle (or is deeper than
+                ``max_history_depth``); that thread is left untouched, those before it
+                in ``thread_ids`` are pruned.
+        """
         total = PruneStats()
         for op in prune_ops(self, thread_ids, strategy, keep_last, before, dry_run, graph):
             total += await self._run(op, atomic=True)
@@ -437,7 +415,15 @@ class AsyncDeltaPostgresSaver(_SyncBridge):
     async def aget_delta_channel_keepset(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> set[str]:
-        """See :meth:`.DeltaPostgresSaver.get_delta_channel_keepset`."""
+        """The checkpoint ids that loading ``channels`` at ``config``'s checkpoint
+        needs: the target, plus per channel every ancestor back to and including the
+        nearest checkpoint that stores a value for it (the target itself counts).
+        ``channels=[]``: ``{target}``; no such checkpoint: ``set()``.
+
+        Raises:
+            HistoryError: the parent chain has a cycle or is deeper than
+                ``max_history_depth``.
+        """
         return await self._run(_op_delta_keepset(self, config, wanted_channels(channels)))
 
     async def aget_delta_channel_history(

@@ -34,7 +34,6 @@ The runner is a generator of steps shared by :func:`migrate` and :func:`amigrate
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import re
 import time
@@ -298,100 +297,6 @@ def _check_idle(conn: Connection[Any] | AsyncConnection[Any]) -> None:
         )
 
 
-def migrate(conn: Connection[Any], *, schema: str | None = None) -> list[Migration]:
-    """Apply pending migrations on ``conn``; returns those applied (empty: up to date)."""
-    _check_idle(conn)
-    migrations = discover()
-    key = {"key": lock_key(schema)}
-    q = Queries(schema)
-    was_autocommit = conn.autocommit
-    conn.autocommit = True
-    try:
-        with conn.cursor(row_factory=dict_row) as cur:
-            pid = cur.execute(q["migrate.backend_pid"], prepare=False).fetchone()
-            if pid is not None and _pooled(conn, pid):
-                ledger = {"ledger": _ledger_name(schema).as_string(conn)}
-                found = cur.execute(q["migrate.ledger_exists"], ledger, prepare=False).fetchone()
-                rows = []
-                if found and found["found"]:
-                    rows = cur.execute(q["migrate.select_ledger"], prepare=False).fetchall()
-                return _pooled_verdict(conn, pid, migrations, rows)
-            while not _locked(cur.execute(q["migrate.try_lock"], key, prepare=False).fetchone()):
-                time.sleep(LOCK_POLL_SECONDS)
-            saved = cur.execute(q["migrate.planner_settings"], prepare=False).fetchone()
-            cur.execute(q["migrate.set_planner_settings"], PLANNER_DEFAULTS, prepare=False)
-            try:
-                plan = _plan(schema, migrations)
-                try:
-                    stmt, params, fetch = next(plan)
-                    while True:
-                        cur.execute(stmt, params, prepare=False)
-                        rows = cur.fetchall() if fetch else []
-                        stmt, params, fetch = plan.send(rows)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
-                except BaseException:
-                    if conn.info.transaction_status != 0:
-                        conn.rollback()
-                    raise
-            finally:
-                cur.execute(q["migrate.set_planner_settings"], saved, prepare=False)
-                cur.execute(q["migrate.unlock"], key, prepare=False)
-    finally:
-        conn.autocommit = was_autocommit
-
-
-async def amigrate(conn: AsyncConnection[Any], *, schema: str | None = None) -> list[Migration]:
-    """Async twin of :func:`migrate`: the same plan, awaited I/O."""
-    _check_idle(conn)
-    migrations = discover()
-    key = {"key": lock_key(schema)}
-    q = Queries(schema)
-    was_autocommit = conn.autocommit
-    await conn.set_autocommit(True)
-    try:
-        async with conn.cursor(row_factory=dict_row) as cur:
-            pid = await (await cur.execute(q["migrate.backend_pid"], prepare=False)).fetchone()
-            if pid is not None and _pooled(conn, pid):
-                ledger = {"ledger": _ledger_name(schema).as_string(conn)}
-                found = await (
-                    await cur.execute(q["migrate.ledger_exists"], ledger, prepare=False)
-                ).fetchone()
-                rows = []
-                if found and found["found"]:
-                    rows = await (
-                        await cur.execute(q["migrate.select_ledger"], prepare=False)
-                    ).fetchall()
-                return _pooled_verdict(conn, pid, migrations, rows)
-            while not _locked(
-                await (await cur.execute(q["migrate.try_lock"], key, prepare=False)).fetchone()
-            ):
-                await asyncio.sleep(LOCK_POLL_SECONDS)
-            saved = await (
-                await cur.execute(q["migrate.planner_settings"], prepare=False)
-            ).fetchone()
-            await cur.execute(q["migrate.set_planner_settings"], PLANNER_DEFAULTS, prepare=False)
-            try:
-                plan = _plan(schema, migrations)
-                try:
-                    stmt, params, fetch = next(plan)
-                    while True:
-                        await cur.execute(stmt, params, prepare=False)
-                        rows = await cur.fetchall() if fetch else []
-                        stmt, params, fetch = plan.send(rows)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
-                except BaseException:
-                    if conn.info.transaction_status != 0:
-                        await conn.rollback()
-                    raise
-            finally:
-                await cur.execute(q["migrate.set_planner_settings"], saved, prepare=False)
-                await cur.execute(q["migrate.unlock"], key, prepare=False)
-    finally:
-        await conn.set_autocommit(was_autocommit)
-
-
 def conninfo_of(conn: Connection[Any] | AsyncConnection[Any]) -> str:
     """The connection string of ``conn``, password included, to open a second connection
     (migrations can't run on a connection in pipeline mode: several statements per
@@ -421,3 +326,9 @@ def status(conn: Connection[Any], *, schema: str | None = None) -> Status:
     st = _compare(migrations, rows)
     st.schema_missing = schema_missing
     return st
+
+
+# The runners, after the names they read here at each call (tests replace _plan): amigrate
+# is written in _migrate_async.py, migrate generated from it (scripts/async_to_sync.py).
+from ._migrate_async import amigrate as amigrate  # noqa: E402
+from ._migrate_sync import migrate as migrate  # noqa: E402

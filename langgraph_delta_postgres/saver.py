@@ -1,8 +1,9 @@
+# Generated from aio.py by scripts/async_to_sync.py: do not edit.
+# Edit the source, then run: python scripts/async_to_sync.py
 """DeltaPostgresSaver: the synchronous checkpointer."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
@@ -25,6 +26,7 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from . import migrate as _migrate
+from ._acompat import POOL_OPEN_AT_INIT, Event, Lock
 from ._connect import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_PREPARE_THRESHOLD,
@@ -97,18 +99,20 @@ class DeltaPostgresSaver(SaverCore):
         super().__init__(serde=serde)
         if not isinstance(conn, Connection | ConnectionPool):
             raise TypeError(
-                f"conn must be a psycopg Connection or ConnectionPool, not {type(conn).__name__}"
+                "conn must be a psycopg Connection or ConnectionPool, "
+                f"not {type(conn).__name__}"
             )
         if pipe is not None and not isinstance(conn, Connection):
             raise ValueError("pipe can only be used with a single Connection, not a pool")
         self.conn = conn
         self.pipe = pipe
-        self.lock = threading.Lock()
-        self._turns = Turns(threading.Event)  # the order of its writes (see _order)
+        self.lock = Lock()
+        self._turns = Turns(Event)  # the order of its writes (see _order)
         self._init_core(schema, cache_bytes)
         #: put_writes queued for the single connection, run as one statement (WriteBatch)
         self._batch = (
-            WriteBatch(self.queries) if isinstance(conn, Connection) and pipe is None else None
+            WriteBatch(self.queries)
+            if isinstance(conn, Connection) and pipe is None else None
         )
 
     @classmethod
@@ -149,7 +153,7 @@ class DeltaPostgresSaver(SaverCore):
                 # sooner fails its statement, which runs again (check_if_idle, _run)
                 check=check_if_idle,
                 reset=mark_returned,
-                open=True,
+                open=POOL_OPEN_AT_INIT,
             ) as pool:
                 yield cls(pool, serde=serde, schema=schema, cache_bytes=cache_bytes)
             return
@@ -220,7 +224,7 @@ class DeltaPostgresSaver(SaverCore):
                     began = self._server.changes
                 tx_cm = conn.transaction() if atomic or not conn.autocommit else nullcontext()
                 try:
-                    with tx_cm, conn.cursor(binary=True) as cur:  # drive picks the row factory
+                    with tx_cm, conn.cursor(binary=True) as cur:  # drive: row factory
                         return drive(cur, op, at)
                 except psycopg.OperationalError as e:
                     broken = conn.broken or conn.closed or isinstance(e, SHUT_DOWN)

@@ -1,10 +1,17 @@
+# The source of _sync.py (scripts/async_to_sync.py writes it from this file).  # async-only
+# <async-only>
 """The async routing saver (:class:`AsyncRoutingSaver`): the driver of the routing
 operations (:mod:`._ops`), awaited; the rules are in :mod:`._rules`.
 """
+# </async-only>
+# <sync-only>
+# """The sync routing saver (:class:`RoutingSaver`): the driver of the routing operations
+# (:mod:`._ops`); the rules are in :mod:`._rules`.
+# """
+# </sync-only>
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -23,6 +30,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
+from .._acompat import AMETHOD_PREFIX, APOOL_OPEN_AT_INIT
+from .._bridge import SyncBridge  # async-only
 from .._connect import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_PREPARE_THRESHOLD,
@@ -56,8 +65,32 @@ from ._rules import (
 )
 
 
-class AsyncRoutingSaver(_RoutingCore):
+class AsyncRoutingSaver(SyncBridge, _RoutingCore):
+    # <async-only>
     """The async twin of :class:`RoutingSaver` (``AsyncConnectionPool`` or DSNs)."""
+    # </async-only>
+    # <sync-only>
+    # """A checkpointer that writes to a primary and reads from its streaming replicas
+    # when that gives the primary's answer (see the module docstring and
+    # docs/replicas.md).
+    #
+    # Args:
+    #     primary: the saver on the primary.
+    #     replicas: one ``ConnectionPool`` (or DSN) per hot standby of the primary.
+    #     retry_after: seconds a replica that could not be reached is left alone.
+    #     replica_timeout: seconds a read waits for a replica connection (a DSN's pool).
+    #     replica_query_timeout: seconds any statement on a replica may take (server-side
+    #         statement_timeout, a client-side deadline, TCP keepalives); past it the
+    #         primary answers and the replica is left alone for ``retry_after``.
+    #     replica_wait: seconds a replica behind a read's floor is waited for (inside the
+    #         guard statement) before the primary answers instead.
+    #     cache_bytes: history cache budget of each replica's saver.
+    #
+    # Raises:
+    #     ReplicaMismatchError: a reachable replica is not a hot standby of the primary's
+    #         cluster on its timeline.
+    # """
+    # </sync-only>
 
     primary: AsyncDeltaPostgresSaver
     replicas: list[AsyncReplicaSaver]
@@ -66,7 +99,7 @@ class AsyncRoutingSaver(_RoutingCore):
     _pool_type = AsyncConnectionPool
     _replica_type = AsyncReplicaSaver
     _pool_check = (acheck_if_idle, amark_returned)
-    _open_pools_at_once = False  # opened in open(), on the event loop
+    _open_pools_at_once = APOOL_OPEN_AT_INIT  # async: in open(), on the event loop
 
     def __init__(
         self,
@@ -81,16 +114,26 @@ class AsyncRoutingSaver(_RoutingCore):
         pool_size: int = 4,
         prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
     ) -> None:
+        # <async-only>
         #: open() was called (it opens the pools this saver made; the first call does
         #: it otherwise)
         self._opened = False
+        # </async-only>
         self._init_savers(primary, replicas, retry_after=retry_after,
                           replica_timeout=replica_timeout,
                           replica_query_timeout=replica_query_timeout,
                         replica_wait=replica_wait,
                           cache_bytes=cache_bytes, pool_size=pool_size,
                           prepare_threshold=prepare_threshold)
+        # <sync-only>
+        # try:
+        #     self._drive(op_verify(self))
+        # except BaseException:
+        #     self.close()
+        #     raise
+        # </sync-only>
 
+    # <async-only>
     async def open(self) -> None:
         """Open the pools this saver made for replica DSNs and check every replica
         against the primary (``ReplicaMismatchError``; from_conn_string does this).
@@ -100,7 +143,9 @@ class AsyncRoutingSaver(_RoutingCore):
             await p.open()
         await self._drive(op_verify(self))
 
+    # </async-only>
     async def close(self) -> None:
+        """Close the pools this saver opened for replica DSNs."""
         for p in self._own_pools:
             await p.close()
 
@@ -121,7 +166,8 @@ class AsyncRoutingSaver(_RoutingCore):
         replica_query_timeout: float = DEFAULT_QUERY_TIMEOUT,
         replica_wait: float = DEFAULT_REPLICA_WAIT,
     ) -> AsyncIterator[AsyncRoutingSaver]:
-        """See :meth:`RoutingSaver.from_conn_string`."""
+        """A routing saver on ``conn_string`` (the primary) and ``replicas`` (DSNs of its
+        hot standbys); every connection and pool is closed on exit."""
         async with AsyncDeltaPostgresSaver.from_conn_string(
             conn_string, pool_size=pool_size, serde=serde, schema=schema,
             cache_bytes=cache_bytes, prepare_threshold=prepare_threshold,
@@ -133,7 +179,7 @@ class AsyncRoutingSaver(_RoutingCore):
                         cache_bytes=cache_bytes, pool_size=pool_size or 4,
                         prepare_threshold=prepare_threshold)
             try:
-                await saver.open()
+                await saver.open()  # async-only
                 yield saver
             finally:
                 await saver.close()
@@ -144,9 +190,11 @@ class AsyncRoutingSaver(_RoutingCore):
     # ------------------------------------------------------------------ the driver
 
     async def _drive(self, op: Route[R]) -> R:
-        """Run a routing operation of :mod:`._ops`: each step on its saver, awaited."""
+        """Run a routing operation of :mod:`._ops`: each step on its saver."""
+        # <async-only>
         if not self._opened:  # made without from_conn_string and never opened
             await self.open()
+        # </async-only>
         run = Run(op)
         while (step := run.next()) is not None:
             with run.call(step):
@@ -157,9 +205,11 @@ class AsyncRoutingSaver(_RoutingCore):
         saver = self._saver(step.saver)
         if isinstance(step, Query):
             broken: list[bool] = []
-            try:  # see RoutingSaver._do
+            try:
                 return await self._query(saver, step, broken)
             except psycopg.OperationalError:
+                # the primary's statements are reads: once more on a checked connection
+                # when the connection broke (as the savers' own, _connect.may_retry)
                 if saver is not self.primary or not may_retry(
                     isinstance(saver.conn, AsyncConnectionPool), False, bool(broken), True
                 ):
@@ -168,7 +218,7 @@ class AsyncRoutingSaver(_RoutingCore):
                 return await self._query(saver, step, [])
         if step.method == "list":
             return [x async for x in saver.alist(*step.args, **step.kwargs)]
-        return await getattr(saver, "a" + step.method)(*step.args, **step.kwargs)
+        return await getattr(saver, AMETHOD_PREFIX + step.method)(*step.args, **step.kwargs)
 
     async def _query(
         self, saver: AsyncDeltaPostgresSaver, step: Query, broken: list[bool]
@@ -185,12 +235,15 @@ class AsyncRoutingSaver(_RoutingCore):
     # ------------------------------------------------------------------ tokens
 
     async def atoken(self) -> str:
-        """See :meth:`RoutingSaver.token`."""
+        """A read token: the primary's WAL position now, at or past every write that has
+        committed on it (this saver's and every other process's). A reader that passes
+        it (:meth:`read_after`, or ``configurable["lgdp_read_after"]``) sees them all.
+        It also fixes the floors of this saver's writes so far (see docs/replicas.md)."""
         return await self._drive(op_token(self))
 
     @contextlib.contextmanager
     def read_after(self, token: str | None) -> Iterator[None]:
-        """See :meth:`RoutingSaver.read_after` (a context variable: per task)."""
+        """Reads in this block (this thread or task) see at least what ``token`` covers."""
         with self._reading_after(token):
             yield
 
@@ -269,85 +322,10 @@ class AsyncRoutingSaver(_RoutingCore):
     ) -> set[str]:
         return await self.primary.aget_delta_channel_keepset(config=config, channels=channels)
 
-    # sync calls from another thread, as the async savers allow (run on the loop)
+    # <async-only>
+    # sync calls from another thread, as the async savers allow (SyncBridge), run on the
+    # primary saver's loop
 
     def _from_thread(self, coro: Any) -> Any:
         return self.primary._from_thread(coro)
-
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._from_thread(self.aget_tuple(config))  # type: ignore[no-any-return]
-
-    def get_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, DeltaChannelHistory]:
-        return self._from_thread(  # type: ignore[no-any-return]
-            self.aget_delta_channel_history(config=config, channels=channels)
-        )
-
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        async def collect() -> list[CheckpointTuple]:
-            return [x async for x in self.alist(config, filter=filter, before=before,
-                                                limit=limit)]
-
-        yield from self._from_thread(collect())
-
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        return self._from_thread(  # type: ignore[no-any-return]
-            self.aput(config, checkpoint, metadata, new_versions)
-        )
-
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        self._from_thread(self.aput_writes(config, writes, task_id, task_path))
-
-    def delete_thread(self, thread_id: str) -> None:
-        self._from_thread(self.adelete_thread(thread_id))
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        self._from_thread(self.adelete_for_runs(run_ids))
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self._from_thread(self.acopy_thread(source_thread_id, target_thread_id))
-
-    def prune(  # type: ignore[override]  # returns what it deleted instead of None
-        self,
-        thread_ids: Sequence[str],
-        *,
-        strategy: str = "keep_latest",
-        keep_last: int | None = None,
-        before: datetime | None = None,
-        dry_run: bool = False,
-        graph: Any = None,
-    ) -> PruneStats:
-        return self._from_thread(  # type: ignore[no-any-return]
-            self.aprune(thread_ids, strategy=strategy, keep_last=keep_last, before=before,
-                        dry_run=dry_run, graph=graph)
-        )
-
-    def get_delta_channel_keepset(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> set[str]:
-        return self._from_thread(  # type: ignore[no-any-return]
-            self.aget_delta_channel_keepset(config=config, channels=channels)
-        )
-
-
-_ = asyncio  # the async twin's loop is the primary saver's (see _from_thread)
+    # </async-only>

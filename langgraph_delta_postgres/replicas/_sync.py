@@ -1,3 +1,5 @@
+# Generated from replicas/_async.py by scripts/async_to_sync.py: do not edit.
+# Edit the source, then run: python scripts/async_to_sync.py
 """The sync routing saver (:class:`RoutingSaver`): the driver of the routing operations
 (:mod:`._ops`); the rules are in :mod:`._rules`.
 """
@@ -22,6 +24,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
 
+from .._acompat import METHOD_PREFIX, POOL_OPEN_AT_INIT
 from .._connect import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_PREPARE_THRESHOLD,
@@ -84,7 +87,7 @@ class RoutingSaver(_RoutingCore):
     _pool_type = ConnectionPool
     _replica_type = ReplicaSaver
     _pool_check = (check_if_idle, mark_returned)
-    _open_pools_at_once = True
+    _open_pools_at_once = POOL_OPEN_AT_INIT  # async: in open(), on the event loop
 
     def __init__(
         self,
@@ -110,6 +113,11 @@ class RoutingSaver(_RoutingCore):
         except BaseException:
             self.close()
             raise
+
+    def close(self) -> None:
+        """Close the pools this saver opened for replica DSNs."""
+        for p in self._own_pools:
+            p.close()
 
     @classmethod
     @contextlib.contextmanager
@@ -145,11 +153,6 @@ class RoutingSaver(_RoutingCore):
             finally:
                 saver.close()
 
-    def close(self) -> None:
-        """Close the pools this saver opened for replica DSNs."""
-        for p in self._own_pools:
-            p.close()
-
     def with_allowlist(self, extra_allowlist: Any) -> RoutingSaver:
         return cast(RoutingSaver, self._with_allowlist(extra_allowlist))
 
@@ -178,10 +181,13 @@ class RoutingSaver(_RoutingCore):
                     raise
             with retrying():
                 return self._query(saver, step, [])
-        got = getattr(saver, step.method)(*step.args, **step.kwargs)
-        return list(got) if step.method == "list" else got
+        if step.method == "list":
+            return [x for x in saver.list(*step.args, **step.kwargs)]
+        return getattr(saver, METHOD_PREFIX + step.method)(*step.args, **step.kwargs)
 
-    def _query(self, saver: DeltaPostgresSaver, step: Query, broken: list[bool]) -> Any:
+    def _query(
+        self, saver: DeltaPostgresSaver, step: Query, broken: list[bool]
+    ) -> Any:
         with saver._connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
             try:
                 cur.execute(self._statement(step.key), step.params)
