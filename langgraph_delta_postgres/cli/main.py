@@ -83,15 +83,16 @@ def cmd_postgres(args: argparse.Namespace) -> int:
     where = f"data kept in {args.dir}" if args.dir else "a temporary directory, removed on exit"
     try:
         with _embedded.started(args.dir, fallback="use a Postgres you run instead") as dsn:
-            print(dsn, flush=True)
-            print(
-                f"Postgres is running ({where}); Ctrl-C or SIGTERM stops it.\n"
-                f"  export LANGGRAPH_DELTA_PG_DSN='{dsn}'   # Agent Server checkpointer\n"
-                f"  export DATABASE_URL='{dsn}'   # langgraph-delta-pg migrate / inspect / demo",
-                file=sys.stderr,
-                flush=True,
-            )
-            try:
+            try:  # a stop as soon as the DSN is out (a service manager's) is a stop too
+                print(dsn, flush=True)
+                print(
+                    f"Postgres is running ({where}); Ctrl-C or SIGTERM stops it.\n"
+                    f"  export LANGGRAPH_DELTA_PG_DSN='{dsn}'   # Agent Server checkpointer\n"
+                    f"  export DATABASE_URL='{dsn}'   # langgraph-delta-pg migrate / inspect / "
+                    "demo",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 threading.Event().wait()
             except KeyboardInterrupt:
                 pass
