@@ -56,7 +56,11 @@ passes (1,150 entries).
 the unpickler makes the state dict of four entries, looks up the class's
 ``__setstate__`` and calls it (Python), which sets the four attributes. Here a proven
 model is pickled as a call of :func:`_model` with the four parts: the same object, the
-same attributes, set in the same order, by one call.
+same attributes, set in the same order, by one call. Kept because it wins counted as a
+whole process: with pickle's own reduction instead, two whole history passes and 10 warm
+``get_state`` of the 150-turn session took 1.049x as long (the process 1.053x; 10 pairs,
+load average about 1; ``python scripts/gc_copies_whole_process.py --dsn <Postgres 15>
+--db NAME --ab 10 --variants as-is,plain-pickle``); 10 more turns, 1.025x (8 pairs).
 
 **Measured** on that session's head (720 messages), on 2 shared cores, the collector off
 for the copies (``python scripts/profile_copies.py --dsn <Postgres 15> --db NAME
