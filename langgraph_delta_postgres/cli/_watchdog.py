@@ -123,34 +123,24 @@ def forget_handles(data: Path, gone: int | None = None) -> list[int]:
 
 @contextlib.contextmanager
 def _locked(lock: str) -> Iterator[None]:
-    """pgserver's inter-process lock (fasteners: ``lockf`` on the whole file), waited for
-    up to :data:`LOCK_TIMEOUT_S`; without it after that (a stuck holder must not keep a
-    server running)."""
-    import fcntl
-
+    """pgserver's inter-process lock, taken as pgserver takes it (fasteners'
+    ``InterProcessLock``), waited for up to :data:`LOCK_TIMEOUT_S`; without it after that
+    (a stuck holder must not keep a server running)."""
     if not lock:
         yield
         return
     try:
-        f = open(lock, "a")  # noqa: SIM115 - closed below, after the unlock
-    except OSError:
+        import fasteners  # pgserver's own dependency: present wherever it made the lock
+    except ImportError:
         yield
         return
-    with f:
-        deadline = time.monotonic() + LOCK_TIMEOUT_S
-        held = False
-        while not held and time.monotonic() < deadline:
-            try:
-                fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                held = True
-            except OSError:
-                time.sleep(0.05)
-        try:
-            yield
-        finally:
-            if held:
-                with contextlib.suppress(OSError):
-                    fcntl.lockf(f, fcntl.LOCK_UN)
+    held = fasteners.InterProcessLock(lock)
+    got = held.acquire(timeout=LOCK_TIMEOUT_S)
+    try:
+        yield
+    finally:
+        if got:
+            held.release()
 
 
 def stop_server(data: Path) -> None:
