@@ -95,9 +95,9 @@ def build(dsn: str, scale: str) -> None:
     import psycopg
     from langgraph.checkpoint.postgres import PostgresSaver
 
+    from langgraph_delta_postgres._local.workloads import build_graph, run_turns
     from langgraph_delta_postgres.bench import loads
     from langgraph_delta_postgres.bench.common import connect_official
-    from langgraph_delta_postgres.bench.workloads import build_graph, run_turns
     from langgraph_delta_postgres.migrate import migrate
 
     with connect_official(dsn) as off_conn:

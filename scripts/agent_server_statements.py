@@ -6,7 +6,7 @@
     python scripts/agent_server_statements.py http://127.0.0.1:2031 60
 
 The app directory holds ``agent.py`` (``graph = build_graph("coding_a", None,
-snapshot_frequency=100)`` from ``langgraph_delta_postgres.bench.workloads``) and a
+snapshot_frequency=100)`` from ``langgraph_delta_postgres._local.workloads``) and a
 ``langgraph.json`` whose ``checkpointer.path`` is
 ``langgraph_delta_postgres.agent_server.checkpointer`` (patched adapter) or a
 ``checkpointer.py`` that yields the saver without calling ``patch_agent_server_adapter``

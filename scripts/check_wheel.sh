@@ -61,7 +61,7 @@ mkdir "$WORK/run" && cd "$WORK/run"  # no source tree here or on sys.path
 unset PYTHONPATH DATABASE_URL
 "$BIN/python" - <<'PY'
 import langgraph_delta_postgres as m
-from langgraph_delta_postgres.cli._install import source_tree
+from langgraph_delta_postgres._local.install import source_tree
 assert "site-packages" in m.__file__, m.__file__  # the wheel's copy, not a clone's
 assert source_tree() is None
 print("imported from", m.__file__)

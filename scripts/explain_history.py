@@ -25,7 +25,7 @@ from psycopg import sql
 
 from langgraph_delta_postgres import DeltaPostgresSaver
 from langgraph_delta_postgres._cache import NO_PLAN
-from langgraph_delta_postgres.cli.postgres import embedded_postgres
+from langgraph_delta_postgres._local.embedded import embedded_postgres
 
 
 def build(saver: DeltaPostgresSaver, depth: int, channels: list[str], fork: bool) -> dict:

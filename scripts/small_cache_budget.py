@@ -32,9 +32,9 @@ import psycopg
 
 from langgraph_delta_postgres import DeltaPostgresSaver
 from langgraph_delta_postgres._connect import DEFAULT_CACHE_BYTES
+from langgraph_delta_postgres._local.embedded import embedded_postgres
 from langgraph_delta_postgres.bench.common import Interleaved, connect_ours
 from langgraph_delta_postgres.bench.rows import copy_threads, write_chain
-from langgraph_delta_postgres.cli.postgres import embedded_postgres
 from langgraph_delta_postgres.migrate import migrate
 
 CHANNELS = ["messages", "files"]

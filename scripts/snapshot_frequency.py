@@ -3,7 +3,7 @@
     python scripts/snapshot_frequency.py [--dsn DSN] [--workload coding_a] [--turns 200]
                                          [--frequencies 1,10,50,100,500] [--rounds 7]
 
-For each frequency K: a fresh thread of ``--turns`` user turns of a ``bench.workloads`` graph
+For each frequency K: a fresh thread of ``--turns`` user turns of a ``_local.workloads`` graph
 whose two fields are ``DeltaChannel(..., snapshot_frequency=K)``, on
 ``DeltaPostgresSaver`` (in a fresh schema, dropped afterwards; without --dsn the embedded
 Postgres). Then per thread: the stored bytes (``inspect.storage``: pg_column_size of the
@@ -41,9 +41,9 @@ import psycopg
 from psycopg.rows import dict_row
 
 from langgraph_delta_postgres import DeltaPostgresSaver
-from langgraph_delta_postgres.bench.workloads import WORKLOADS, build_graph, run_turns
+from langgraph_delta_postgres._local.embedded import embedded_postgres
+from langgraph_delta_postgres._local.workloads import WORKLOADS, build_graph, run_turns
 from langgraph_delta_postgres.cli.inspect import human_bytes, thread_bytes, walk_depths
-from langgraph_delta_postgres.cli.postgres import embedded_postgres
 
 REPEATS = 7
 FIELDS = ["files", "messages"]

@@ -353,7 +353,7 @@ def scratch_pair(
     the two savers side by side outside the bench."""
     from langgraph_delta_postgres.migrate import migrate
 
-    from ..cli.postgres import embedded_postgres
+    from .._local.embedded import embedded_postgres
 
     with contextlib.ExitStack() as stack:
         server = dsn or stack.enter_context(embedded_postgres())

@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 
+from .._local.workloads import build_graph, user_input
 from .common import (
     Interleaved,
     Savers,
@@ -17,7 +18,6 @@ from .common import (
     thread_payload_bytes,
 )
 from .micro import count_call
-from .workloads import build_graph, user_input
 
 
 @dataclass(frozen=True)

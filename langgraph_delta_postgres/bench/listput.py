@@ -37,9 +37,9 @@ from langgraph.checkpoint.base import empty_checkpoint
 from .. import DeltaPostgresSaver
 from .._compat import _DeltaSnapshot
 from .._connect import DEFAULT_PREPARE_THRESHOLD
+from .._local.workloads import build_graph, user_input
 from .common import ONE_CONNECTION, Interleaved, ratio_summary, summary
 from .rows import copy_threads, write_chain
-from .workloads import build_graph, user_input
 
 LIST_LIMITS = (1, 10)
 #: how the section opens its savers (the "opened" field of its results)
@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> None:
     import sys
     import uuid
 
-    from ..cli.postgres import embedded_postgres
+    from .._local.embedded import embedded_postgres
     from ..migrate import migrate
     from .common import freeze_autovacuum, scratch_database
 

@@ -57,7 +57,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from langgraph_delta_postgres.bench.workloads import build_graph, run_turns, user_input
+from langgraph_delta_postgres._local.workloads import build_graph, run_turns, user_input
 
 from .common import (
     OFFICIAL_POOL_KWARGS,

@@ -35,9 +35,9 @@ import psycopg
 from langchain_core.runnables import RunnableConfig
 
 from .. import DeltaPostgresSaver
+from .._local.workloads import build_graph, run_turns
 from ..migrate import migrate
 from .common import NEW_CONNECTION, ONE_CONNECTION, Interleaved, NewSavers
-from .workloads import build_graph, run_turns
 
 RESUME_LOOP = 45
 PAGE = 10

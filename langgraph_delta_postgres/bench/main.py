@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..cli._install import install_hint
+from .._local.install import install_hint
 
 BENCH_INSTALL_HINT = install_hint("bench")
 RTTS = {"0": 0.0, "0.5": 0.5, "2": 2.0}
@@ -145,7 +145,7 @@ def _server(dsn: str | None) -> Iterator[tuple[str, str]]:
     if dsn:
         yield dsn, "--dsn"
         return
-    from ..cli.postgres import embedded_postgres
+    from .._local.embedded import embedded_postgres
 
     with embedded_postgres() as d:
         yield d, "embedded (pgserver)"
@@ -181,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    from ..cli.postgres import EmbeddedPostgresUnavailable
+    from .._local.embedded import EmbeddedPostgresUnavailable
 
     scale_name = getattr(args, "scale", None) or ("quick" if args.quick else "full")
     scale = _scales()[scale_name]

@@ -2,7 +2,7 @@
 streaming hot standby takes off the primary.
 
 Setup: a scratch database on the server (``--dsn``, or the embedded one), a hot standby
-of that server started from the same binaries (:mod:`..cli._standby`), and ``THREADS``
+of that server started from the same binaries (:mod:`.._local.standby`), and ``THREADS``
 threads of the ``coding_a`` workload, ``TURNS`` user turns each, written through the
 real graph (two DeltaChannel fields).
 
@@ -37,8 +37,8 @@ from typing import Any
 import psycopg
 
 from langgraph_delta_postgres import DeltaPostgresSaver
-from langgraph_delta_postgres.bench.workloads import build_graph, run_turns, user_input
-from langgraph_delta_postgres.cli._standby import Standby, standby_of
+from langgraph_delta_postgres._local.standby import Standby, standby_of
+from langgraph_delta_postgres._local.workloads import build_graph, run_turns, user_input
 from langgraph_delta_postgres.replicas import RoutingSaver
 
 WORKLOAD = "coding_a"

@@ -380,7 +380,7 @@ def markdown(res: dict[str, Any], img_rel: str, images: list[Path]) -> str:
         "same `DeltaChannel` fields), **ours, full-snapshot fields** (`add_messages` and a "
         "dict-merge reducer: the O(N^2) baseline) and **InMemorySaver** (latency reference). "
         + _method_savers(res),
-        "- Workloads are real compiled graphs from `langgraph_delta_postgres.bench.workloads` "
+        "- Workloads are real compiled graphs from `langgraph_delta_postgres._local.workloads` "
         "(deterministic, no model). The threads grow in lockstep to each turn count; at each "
         "point: storage, per-invoke latency of the segment, resume latency.",
         "- **Storage** = growth of `pg_total_relation_size` (heap + TOAST + indexes) of "

@@ -32,7 +32,7 @@ from langchain_core.runnables import RunnableConfig
 from psycopg import sql
 
 from langgraph_delta_postgres import DeltaPostgresSaver, PruneStats
-from langgraph_delta_postgres.bench.workloads import build_graph, run_turns
+from langgraph_delta_postgres._local.workloads import build_graph, run_turns
 
 from .common import ONE_CONNECTION, TABLES, thread_payload_bytes
 

@@ -20,7 +20,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from psycopg import sql
 
-from .workloads import text
+from .._local.workloads import text
 
 TASK_PATH = "~__pregel_pull, agent"
 

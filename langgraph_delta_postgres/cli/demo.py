@@ -1,6 +1,6 @@
 """``langgraph-delta-pg demo``: one agent session on this package and on the official saver.
 
-Runs the ``coding_b`` workload of :mod:`..bench.workloads` (a real compiled LangGraph graph with
+Runs the ``coding_b`` workload of :mod:`.._local.workloads` (a real compiled LangGraph graph with
 a deterministic fake model: two 8 KB file writes, a 5 KB search result and a ~200-token
 answer per turn, a 100 KB result every 5 turns) for ``--turns`` user turns with its state
 fields declared as ``DeltaChannel``, three times in the same tables of one database:
@@ -52,9 +52,9 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
+from langgraph_delta_postgres._local.install import install_hint
 from langgraph_delta_postgres._sql import Queries
 from langgraph_delta_postgres.cli import postgres as _embedded
-from langgraph_delta_postgres.cli._install import install_hint
 from langgraph_delta_postgres.cli._util import CliError, connect, db_error, resolve_dsn
 from langgraph_delta_postgres.cli.inspect import human_bytes, thread_bytes, walk_depths
 
@@ -163,7 +163,7 @@ class Variant:
         return {"configurable": conf}
 
     def graph(self) -> Any:
-        from langgraph_delta_postgres.bench.workloads import build_graph
+        from langgraph_delta_postgres._local.workloads import build_graph
 
         return build_graph(WORKLOAD, self.saver, delta=self.delta)
 
@@ -246,7 +246,7 @@ def run_session(
 ) -> int | None:
     """Run the session on each variant, then measure; returns the step of the "deepest"
     checkpoint (see the module docstring), or None without DeltaChannel counters."""
-    from langgraph_delta_postgres.bench.workloads import user_input
+    from langgraph_delta_postgres._local.workloads import user_input
 
     every = max(1, turns // 10)
     sample_at = set(range(every, turns + 1, every)) | {turns}
@@ -344,7 +344,7 @@ def _ratio(a: float, b: float) -> str:
 def render_table(
     variants: list[Variant], turns: int, where: str, deep_step: int | None, official: str
 ) -> str:
-    from langgraph_delta_postgres.bench.workloads import WORKLOADS
+    from langgraph_delta_postgres._local.workloads import WORKLOADS
 
     ours, off, full = variants
 

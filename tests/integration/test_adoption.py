@@ -22,7 +22,7 @@ from langgraph.graph import END, START, StateGraph
 from psycopg.rows import dict_row
 
 from langgraph_delta_postgres import DeltaPostgresSaver
-from langgraph_delta_postgres.bench.workloads import build_graph, run_turns
+from langgraph_delta_postgres._local.workloads import build_graph, run_turns
 from langgraph_delta_postgres.migrate import discover, migrate
 
 # --------------------------------------------------------------------------- graphs

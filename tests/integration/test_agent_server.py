@@ -23,7 +23,7 @@ import pytest
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver
 from langgraph_delta_postgres import agent_server as ag
-from langgraph_delta_postgres.bench.workloads import build_graph, user_input
+from langgraph_delta_postgres._local.workloads import build_graph, user_input
 from tests.graph._util import canon, canon_history
 
 PATH = "langgraph_delta_postgres.agent_server.checkpointer"

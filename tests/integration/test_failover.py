@@ -1,7 +1,7 @@
 """A real failover: the primary crashes and its standby is promoted; the saver follows.
 
 A cluster of our own (tests/plugins/cluster.py) is the primary P; S is a hot standby of
-it (:func:`langgraph_delta_postgres.cli._standby.standby_of`). The saver connects with
+it (:func:`langgraph_delta_postgres._local.standby.standby_of`). The saver connects with
 a multi-host DSN, ``host=<P>,<S> ... target_session_attrs=read-write``, as an
 application does to follow a failover; ``pool_size=2`` and the default history cache.
 
@@ -55,9 +55,9 @@ from langgraph.graph import END, START, StateGraph
 from psycopg.conninfo import make_conninfo
 
 from langgraph_delta_postgres import DeltaPostgresSaver, LostParentError
+from langgraph_delta_postgres._local.standby import Standby, standby_of
+from langgraph_delta_postgres._local.workloads import build_graph, user_input
 from langgraph_delta_postgres._server import StaleServerError
-from langgraph_delta_postgres.bench.workloads import build_graph, user_input
-from langgraph_delta_postgres.cli._standby import Standby, standby_of
 from langgraph_delta_postgres.replicas import RoutingSaver
 from tests.graph._graphs import append_reducer
 from tests.graph._util import canon, canon_history

@@ -31,8 +31,8 @@ import pytest
 from langgraph.checkpoint.base import CheckpointTuple
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
+from langgraph_delta_postgres._local.standby import Standby
 from langgraph_delta_postgres.bench.proxy import upstream_of
-from langgraph_delta_postgres.cli._standby import Standby
 from langgraph_delta_postgres.replicas import AsyncRoutingSaver, RoutingSaver
 from tests.graph._util import canon
 from tests.integration._helpers import cfg, make_checkpoint

@@ -38,8 +38,8 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_delta_postgres import DeltaPostgresSaver
-from langgraph_delta_postgres.bench.workloads import build_graph
-from langgraph_delta_postgres.cli._standby import Standby
+from langgraph_delta_postgres._local.standby import Standby
+from langgraph_delta_postgres._local.workloads import build_graph
 from langgraph_delta_postgres.replicas import RoutingSaver
 from tests.graph._util import canon
 

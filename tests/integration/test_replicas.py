@@ -21,8 +21,8 @@ import pytest
 from langgraph.checkpoint.base import CheckpointTuple
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
-from langgraph_delta_postgres.bench.workloads import build_graph, user_input
-from langgraph_delta_postgres.cli._standby import Standby
+from langgraph_delta_postgres._local.standby import Standby
+from langgraph_delta_postgres._local.workloads import build_graph, user_input
 from langgraph_delta_postgres.replicas import (
     READ_AFTER_KEY,
     AsyncRoutingSaver,

@@ -15,9 +15,9 @@ from psycopg_pool import ConnectionPool
 
 from langgraph_delta_postgres import DeltaPostgresSaver
 from langgraph_delta_postgres._deadline import deadline
+from langgraph_delta_postgres._local.standby import Standby
 from langgraph_delta_postgres._server import ServerIdentity, StaleServerError
 from langgraph_delta_postgres._sql import Queries
-from langgraph_delta_postgres.cli._standby import Standby
 from tests.integration._helpers import cfg, make_checkpoint
 
 IDENTITY = Queries(None)["server.identity"]

@@ -3,10 +3,10 @@
 A *cluster of our own* is a new, independent Postgres cluster (``initdb`` in a temp
 directory, ``pg_ctl start`` on a Unix socket in that directory, no TCP), started from the
 same server binaries as the run's server (found, with the OS user to run them as, the way
-:func:`langgraph_delta_postgres.cli._standby._plan` finds them for a standby: as root, the
+:func:`langgraph_delta_postgres._local.standby._plan` finds them for a standby: as root, the
 server runs as the owner of the run's data directory, or the ``postgres`` OS user). Its
 system identifier is its own, so a standby of it
-(:func:`langgraph_delta_postgres.cli._standby.standby_of` on its :attr:`Cluster.admin_dsn`)
+(:func:`langgraph_delta_postgres._local.standby.standby_of` on its :attr:`Cluster.admin_dsn`)
 is a hot standby of *another* cluster than the run's server; and it can be stopped or
 crashed (``pg_ctl -m immediate stop``) without touching the run's server.
 
@@ -38,8 +38,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from langgraph_delta_postgres.cli import _watchdog
-from langgraph_delta_postgres.cli._standby import StandbyUnavailable, _Plan, _plan
+from langgraph_delta_postgres._local import watchdog as _watchdog
+from langgraph_delta_postgres._local.standby import StandbyUnavailable, _Plan, _plan
 from tests.plugins.postgres import PgServer, skip_or_fail
 
 #: the superuser initdb makes (trust authentication on the Unix socket only)
@@ -135,7 +135,7 @@ def plan_for(server_dsn: str) -> _Plan:
 @contextlib.contextmanager
 def own_cluster(plan: _Plan, port: str | None = None) -> Iterator[Cluster]:
     """initdb + start a cluster of our own; stop it (immediate) and remove it on exit.
-    A watchdog (:mod:`langgraph_delta_postgres.cli._watchdog`) stops and removes it if
+    A watchdog (:mod:`langgraph_delta_postgres._local.watchdog`) stops and removes it if
     this process dies first."""
     directory = Path(tempfile.mkdtemp(prefix="lgdp-cluster-"))
     if plan.os_user is not None:

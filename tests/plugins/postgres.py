@@ -107,7 +107,7 @@ def _start_server() -> Iterator[PgServer | str]:
     # as `langgraph-delta-pg postgres` starts it: with the watchdog process that stops the
     # server and removes its directory if this process dies without doing it (a SIGKILL of
     # the test run, the OOM killer)
-    from langgraph_delta_postgres.cli.postgres import (
+    from langgraph_delta_postgres._local.embedded import (
         EmbeddedPostgresUnavailable,
         embedded_postgres,
     )

@@ -2,7 +2,7 @@
 
 ``standby`` (one per session: per xdist worker, since tests pause its replay) is a hot
 standby of the run's server, started from the same server binaries by
-:func:`langgraph_delta_postgres.cli._standby.standby_of` (``pg_basebackup -R -X stream``).
+:func:`langgraph_delta_postgres._local.standby.standby_of` (``pg_basebackup -R -X stream``).
 It works when the plugin started the server itself (embedded pgserver, or Docker) or
 ``LGDP_TEST_DSN`` names one this machine runs with replication allowed (a superuser, a
 ``replication`` line in pg_hba.conf, wal_level replica: initdb's defaults). Where it
@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from langgraph_delta_postgres.cli._standby import Standby, StandbyUnavailable, standby_of, why_not
+from langgraph_delta_postgres._local.standby import Standby, StandbyUnavailable, standby_of, why_not
 from tests.plugins.postgres import PgServer, skip_or_fail
 
 

@@ -13,9 +13,9 @@ import langgraph.checkpoint.postgres  # noqa: F401  the test extra installs the 
 import matplotlib  # noqa: F401  a missing one is an error, never a skip
 import pytest
 
+from langgraph_delta_postgres._local.install import install_hint
 from langgraph_delta_postgres.bench import main as bench
 from langgraph_delta_postgres.bench.proxy import LatencyProxy
-from langgraph_delta_postgres.cli._install import install_hint
 from tests.plugins.postgres import PgServer
 
 

@@ -16,7 +16,9 @@ import langgraph_delta_postgres
 
 PACKAGE = Path(langgraph_delta_postgres.__file__).parent
 #: what the optional commands and integrations need, each behind its own extra
-OPTIONAL = {"bench", "demo.py", "postgres.py", "_watchdog.py", "_standby.py", "agent_server.py"}
+OPTIONAL = {
+    "bench", "demo.py", "postgres.py", "embedded.py", "watchdog.py", "standby.py", "agent_server.py"
+}
 
 
 def _norm(name: str) -> str:

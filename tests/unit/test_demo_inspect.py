@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from langgraph_delta_postgres import DeltaPostgresSaver
-from langgraph_delta_postgres.bench.workloads import build_graph, user_input
+from langgraph_delta_postgres._local.workloads import build_graph, user_input
 
 TIMEOUT = 600
 
@@ -112,7 +112,7 @@ def test_demo_without_its_extra_says_what_to_install() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
     )
     assert p.returncode == 2
-    from langgraph_delta_postgres.cli._install import install_hint
+    from langgraph_delta_postgres._local.install import install_hint
 
     # the command that works from this clone, then the published form
     assert one_line_error(p) == f"error: the demo needs tqdm: {install_hint('demo')}"

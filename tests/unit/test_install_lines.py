@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from langgraph_delta_postgres.cli import _install
-from langgraph_delta_postgres.cli._install import PACKAGE, install_hint
+from langgraph_delta_postgres._local import install as _install
+from langgraph_delta_postgres._local.install import PACKAGE, install_hint
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_DIR = ROOT / "langgraph_delta_postgres"
@@ -101,7 +101,7 @@ def test_cli_hints_work_from_a_clone() -> None:
     # no message spells an install command by hand (but for third-party packages)
     for path in PACKAGE_DIR.rglob("*.py"):
         text = path.read_text(encoding="utf-8")
-        if path.name != "_install.py":
+        if path != PACKAGE_DIR / "_local" / "install.py":
             assert f"pip install '{PACKAGE}" not in text, path
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from langgraph_delta_postgres.cli import _watchdog
+from langgraph_delta_postgres._local import watchdog as _watchdog
 from tests.plugins.postgres import EMBEDDED_PREFIX
 
 REPO = Path(__file__).resolve().parents[2]

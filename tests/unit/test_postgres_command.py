@@ -21,7 +21,7 @@ from langgraph.channels.delta import DeltaChannel
 from langgraph.graph import START, StateGraph
 
 from langgraph_delta_postgres import DeltaPostgresSaver
-from langgraph_delta_postgres.cli import _watchdog
+from langgraph_delta_postgres._local import watchdog as _watchdog
 from tests.unit.test_demo_inspect import one_line_error, postgres_processes_under
 
 START_TIMEOUT = 120
@@ -198,7 +198,7 @@ def no_server_left(tmp: Path) -> Iterator[Path]:
     yield data
     for line in pgrep(data):
         pid = int(line.split()[0])
-        if "_watchdog.py" in line:
+        if "watchdog.py" in line:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     _watchdog.stop_server(data)
@@ -252,7 +252,7 @@ def test_dir_start_after_its_command_and_watchdog_died_stops_its_server(
     tmp = data.parent
     served = serve(tmp, "--dir", str(data))
     left = postmaster_pid(data)
-    watchdogs = [int(ln.split()[0]) for ln in pgrep(data) if "_watchdog.py" in ln]
+    watchdogs = [int(ln.split()[0]) for ln in pgrep(data) if "watchdog.py" in ln]
     assert len(watchdogs) == 1, pgrep(data)
     os.kill(watchdogs[0], signal.SIGKILL)
     assert_gone(watchdogs[0], "the watchdog killed with SIGKILL")

@@ -84,7 +84,7 @@ def test_standby_takes_a_pg_basebackup_of_the_servers_major_else_the_oldest_newe
     """pg_basebackup backs up servers of its own and older major versions: the standby
     takes one of the server's major where there is one, else the oldest newer one, never
     an older one (it would refuse the server)."""
-    from langgraph_delta_postgres.cli import _standby
+    from langgraph_delta_postgres._local import standby as _standby
 
     def fake(path: Path, said: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ not (``sslnegotiation``, from 17, in a 16 standby); the module writes ``standby.
 password as the connection resolved them) and ``primary_slot_name`` itself.
 
 As root, the standby runs as the OS user that owns the primary's data directory (the
-server refuses to run as root). A watchdog process (:mod:`._watchdog`) stops it and
+server refuses to run as root). A watchdog process (:mod:`.watchdog`) stops it and
 removes its directory if the process that started it dies without cleaning up.
 """
 
@@ -43,7 +43,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from .._sql import Queries
-from . import _watchdog
+from . import watchdog as _watchdog
 
 #: settings a hot standby must have at least as high as its primary (Postgres refuses
 #: to start, or pauses recovery, otherwise)
