@@ -18,6 +18,7 @@ from langgraph.checkpoint.base import (
 )
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
+from tests._config import cfg as cfg  # the suite's one cfg(), re-exported
 from tests.plugins.savers import SaverFactory
 
 TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
@@ -90,13 +91,6 @@ async def open_saver(factory: SaverFactory, dsn: str, **kw: Any) -> AsyncIterato
     else:
         with factory.sync(dsn, **kw) as s:
             yield Uniform(s)
-
-
-def cfg(thread_id: str, ns: str = "", checkpoint_id: str | None = None) -> dict[str, Any]:
-    c: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
-    if checkpoint_id is not None:
-        c["checkpoint_id"] = checkpoint_id
-    return {"configurable": c}
 
 
 def make_checkpoint(
