@@ -13,6 +13,7 @@ from typing import Annotated, Any, TypedDict, get_type_hints
 
 import pytest
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
@@ -51,7 +52,7 @@ def test_the_page_has_the_three_declarations() -> None:
     assert set(page_blocks()) == {"Messages", "A file map", "A plain list"}
 
 
-def T(thread: str) -> dict[str, Any]:
+def T(thread: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread}}
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
@@ -100,13 +101,13 @@ SHAPES: dict[str, Callable[[random.Random], list[Step]]] = {
 # ----------------------------------------------------------------------------- checks
 
 
-def targets(steps: Sequence[Step], thread_id: str) -> list[dict[str, Any]]:
+def targets(steps: Sequence[Step], thread_id: str) -> list[RunnableConfig]:
     out = [cfg(thread_id, st.ns, st.checkpoint_id) for st in steps]
     out += [cfg(thread_id, ns) for ns in dict.fromkeys(st.ns for st in steps)]
     return out
 
 
-def _with_thread(config: dict[str, Any], thread_id: str) -> dict[str, Any]:
+def _with_thread(config: RunnableConfig, thread_id: str) -> RunnableConfig:
     conf = dict(config["configurable"])
     conf["thread_id"] = thread_id
     return {"configurable": conf}
@@ -257,7 +258,7 @@ def test_generated_histories_sync(dsn: str, shape: str, seed: int, cache_bytes: 
     with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=cache_bytes) as ours:
         mem = write_all(dsn, steps, ours)
 
-        def get(config: dict[str, Any], chans: list[str]) -> dict[str, Any]:
+        def get(config: RunnableConfig, chans: list[str]) -> dict[str, Any]:
             return dict(ours.get_delta_channel_history(config=config, channels=chans))
 
         assert check_all(dsn, steps, get, mem) > 0
@@ -312,7 +313,7 @@ async def test_generated_histories_async_conn(dsn: str) -> None:
                     config=config, channels=list(chans)
                 )
 
-    def get(config: dict[str, Any], chans: list[str]) -> dict[str, Any]:
+    def get(config: RunnableConfig, chans: list[str]) -> dict[str, Any]:
         return dict(answers[repr((config, chans))])
 
     assert check_all(dsn, steps, get, mem) > 0
@@ -329,7 +330,7 @@ def test_thousands_of_ancestors(dsn: str) -> None:
     with DeltaPostgresSaver.from_conn_string(dsn) as ours:
         mem = write_all(dsn, steps, ours, off_rows=False)
 
-        def get(config: dict[str, Any], chans: list[str]) -> dict[str, Any]:
+        def get(config: RunnableConfig, chans: list[str]) -> dict[str, Any]:
             return dict(ours.get_delta_channel_history(config=config, channels=chans))
 
         picks = [steps[i] for i in (1, 3, 1025, 2999)]

@@ -19,6 +19,7 @@ from unittest import mock
 import psycopg
 import pytest
 from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.base import id as idmod
 from langgraph.checkpoint.base.id import uuid6
@@ -511,11 +512,11 @@ async def test_prune_before_spares_a_thread_whose_latest_is_exactly_before(
 # ----------------------------------------------------------------------------- real graphs
 
 
-def T(thread: str) -> dict[str, Any]:
+def T(thread: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread}}
 
 
-def observe(graph: Any, config: dict[str, Any]) -> Any:
+def observe(graph: Any, config: RunnableConfig) -> Any:
     return observe_snapshot(graph.get_state(config, subgraphs=True))
 
 
@@ -647,7 +648,7 @@ def test_prune_thread_migrated_from_add_messages(dsn: str, compact: bool) -> Non
 # ----------------------------------------------------------------------------- delete_for_runs
 
 
-def RUN(thread: str, run_id: str) -> dict[str, Any]:
+def RUN(thread: str, run_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread}, "metadata": {"run_id": run_id}}
 
 

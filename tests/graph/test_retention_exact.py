@@ -23,6 +23,7 @@ from typing import Annotated, Any, TypedDict
 import psycopg
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.base.id import uuid6
@@ -146,11 +147,11 @@ def _observed(snap: Any, tup: Any) -> Any:
     )
 
 
-def _read(graph: Any, saver: BaseCheckpointSaver[Any], config: dict[str, Any]) -> Any:
+def _read(graph: Any, saver: BaseCheckpointSaver[Any], config: RunnableConfig) -> Any:
     return _observed(graph.get_state(config), saver.get_tuple(config))
 
 
-async def _aread(graph: Any, saver: BaseCheckpointSaver[Any], config: dict[str, Any]) -> Any:
+async def _aread(graph: Any, saver: BaseCheckpointSaver[Any], config: RunnableConfig) -> Any:
     return _observed(await graph.aget_state(config), await saver.aget_tuple(config))
 
 

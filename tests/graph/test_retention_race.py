@@ -19,6 +19,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from psycopg_pool import AsyncConnectionPool
 
@@ -38,7 +39,7 @@ RUN_S = 300.0
 MIN_RACING = 11
 
 
-def T(thread: str) -> dict[str, Any]:
+def T(thread: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread}}
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from langchain_core.runnables import RunnableConfig
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver
 from langgraph_delta_postgres import agent_server as ag
@@ -101,7 +102,7 @@ async def bare(dsn: str) -> AsyncIterator[AsyncDeltaPostgresSaver]:
         yield saver
 
 
-def _cfg(thread_id: str, **extra: Any) -> dict[str, Any]:
+def _cfg(thread_id: str, **extra: Any) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id, **extra}}
 
 

@@ -14,6 +14,7 @@ import operator
 from collections import Counter
 from typing import Annotated, Any, TypedDict
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -64,7 +65,7 @@ def _graph(saver: Any, tag: str, size: int = 2000) -> Any:
 INPUT = {"big": [], "small": [], "n": 0}
 
 
-def _cfg(thread: str) -> dict[str, Any]:
+def _cfg(thread: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread}}
 
 

@@ -24,6 +24,7 @@ from typing import Annotated, Any, TypedDict
 
 import psycopg
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
@@ -78,7 +79,7 @@ def note_builder() -> StateGraph:
     return b
 
 
-def RUN(thread: str, run_id: str) -> dict[str, Any]:
+def RUN(thread: str, run_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread}, "metadata": {"run_id": run_id}}
 
 

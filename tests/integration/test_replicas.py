@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
@@ -92,8 +93,8 @@ def _from_replica(r: RoutingSaver, read: Any, tries: int = 3) -> Any:
     raise AssertionError(f"the replica answered none of {tries} reads: {r.routing_stats()}")
 
 
-def _chain(saver: Any, thread: str, n: int, parent: dict[str, Any] | None = None,
-           writes: bool = True) -> list[dict[str, Any]]:
+def _chain(saver: Any, thread: str, n: int, parent: RunnableConfig | None = None,
+           writes: bool = True) -> list[RunnableConfig]:
     """``n`` checkpoints of one thread, each with a write of the channel ``log`` (a
     DeltaChannel-style history) and of a blob channel; returns their configs."""
     out = []
