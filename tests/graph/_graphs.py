@@ -46,13 +46,13 @@ def observe_snapshot(snap: Any) -> Any:
 class Driver:
     """Runs graph calls sync or async; every observation goes to ``self.log``."""
 
-    def __init__(self, builder: StateGraph, saver: BaseCheckpointSaver[Any], is_async: bool):
+    def __init__(self, builder: StateGraph[Any], saver: BaseCheckpointSaver[Any], is_async: bool):
         self.saver = saver
         self.is_async = is_async
         self.graph = builder.compile(checkpointer=saver)
         self.log: list[Any] = []
 
-    def recompile(self, builder: StateGraph) -> None:
+    def recompile(self, builder: StateGraph[Any]) -> None:
         self.graph = builder.compile(checkpointer=self.saver)
 
     async def _call(self, sync: Callable[[], Any], aio: Callable[[], Awaitable[Any]]) -> Any:

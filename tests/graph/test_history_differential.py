@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base import BaseCheckpointSaver, ChannelVersions, empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
@@ -160,10 +160,10 @@ def write_all(
 def check_all(
     dsn: str,
     steps: Sequence[Step],
-    ours_get: Callable[[dict[str, Any], list[str]], dict[str, Any]],
+    ours_get: Callable[[RunnableConfig, list[str]], dict[str, Any]],
     mem: InMemorySaver,
     query_channels: Sequence[Sequence[str]] = QUERY_CHANNELS,
-    subset: Sequence[dict[str, Any]] | None = None,
+    subset: Sequence[RunnableConfig] | None = None,
     off_rows: bool = True,
 ) -> int:
     n = 0
@@ -369,14 +369,14 @@ def _stores(st: Step, ch: str) -> bool:
 
 
 def _put(
-    saver: Any,
+    saver: BaseCheckpointSaver[Any],
     thread: str,
     parent: str | None,
     values: dict[str, Any],
-    versions: dict[str, str],
-    new: dict[str, str],
+    versions: ChannelVersions,
+    new: ChannelVersions,
     ns: str = "",
-) -> dict[str, Any]:
+) -> RunnableConfig:
     cp = empty_checkpoint()
     cp["id"] = str(uuid6())
     cp["channel_values"] = values
@@ -420,7 +420,7 @@ def test_edge_cases(dsn: str) -> None:
         m2 = _put(mem, "e", m1["configurable"]["checkpoint_id"], {}, {"a": "2"}, {"a": "2"})
         assert mem.get_delta_channel_history(config=m2, channels=["a", "a", "zz", "a"]) == got
         with pytest.raises(TypeError):
-            ours.get_delta_channel_history(config=c2, channels="a")  # type: ignore[arg-type]
+            ours.get_delta_channel_history(config=c2, channels="a")  # a str: a Sequence to mypy
 
 
 def test_inline_primitive_seeds_and_none(dsn: str) -> None:

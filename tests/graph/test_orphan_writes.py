@@ -44,7 +44,7 @@ def _node(name: str) -> Any:
     return node
 
 
-def graph_builder() -> StateGraph:
+def graph_builder() -> StateGraph[Any]:
     b = StateGraph(State)
     b.add_node("a", _node("a"))
     b.add_node("b", _node("b"))

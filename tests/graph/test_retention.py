@@ -522,7 +522,7 @@ def observe(graph: Any, config: RunnableConfig) -> Any:
 
 def check_pruned_thread(
     dsn: str,
-    builder: StateGraph,
+    builder: StateGraph[Any],
     write: Callable[[Any, dict[str, Any]], None],
     cont: Sequence[Any],
     *,

@@ -37,7 +37,7 @@ from tests.graph._util import canon, cfg, official_saver
 _threads = itertools.count()
 
 
-def _builder(freq_messages: int, freq_files: int) -> StateGraph:
+def _builder(freq_messages: int, freq_files: int) -> StateGraph[Any]:
     # functional syntax: the annotations are evaluated here, with the frequencies
     messages = DeltaChannel(append_reducer, snapshot_frequency=freq_messages)
     files = DeltaChannel(append_reducer, snapshot_frequency=freq_files)
@@ -77,9 +77,9 @@ def _builder(freq_messages: int, freq_files: int) -> StateGraph:
         return {"messages": [f"r:{answer}"]}
 
     b = StateGraph(State)
-    b.add_node("agent", agent)
-    b.add_node("worker", worker)
-    b.add_node("ask", ask)
+    b.add_node("agent", agent)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
+    b.add_node("worker", worker)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
+    b.add_node("ask", ask)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
     b.add_edge(START, "agent")
     b.add_conditional_edges("agent", route, ["worker", "ask", END])
     b.add_edge("worker", END)
@@ -160,7 +160,7 @@ def _ids(saver: BaseCheckpointSaver[Any], tid: str) -> list[str]:
 
 
 def _check_after(
-    builder: StateGraph, saver: BaseCheckpointSaver[Any], tid: str, before: dict[str, Any],
+    builder: StateGraph[Any], saver: BaseCheckpointSaver[Any], tid: str, before: dict[str, Any],
     strategy: str, keep_last: int | None,
 ) -> list[str]:
     """Every checkpoint ``saver`` returns reads as before; every other one answers as

@@ -18,7 +18,7 @@ STEPS_PER_TURN = 55
 TURNS = 4  # 4 x 55 loop supersteps (+ inputs) > 200 checkpoints
 
 
-def loop_builder(freq: int) -> StateGraph:
+def loop_builder(freq: int) -> StateGraph[Any]:
     S = TypedDict(  # noqa: UP013 (class syntax would leave `freq` unresolved)
         "S",
         {
@@ -48,8 +48,8 @@ def loop_builder(freq: int) -> StateGraph:
         return ["tick", "other"] if s["n"] % 5 == 0 else ["tick"]
 
     g = StateGraph(S)
-    g.add_node("tick", tick)
-    g.add_node("other", other)
+    g.add_node("tick", tick)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
+    g.add_node("other", other)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
     g.add_edge(START, "tick")
     g.add_conditional_edges("tick", route, ["tick", "other", END])
     g.add_edge("other", "tick")

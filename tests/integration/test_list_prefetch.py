@@ -59,7 +59,7 @@ class NoteState(TypedDict):
     note: str | None  # an inline null at every other node
 
 
-def note_builder() -> StateGraph:
+def note_builder() -> StateGraph[Any]:
     def node(name: str) -> Any:
         def fn(s: Any) -> dict[str, Any]:
             return {
@@ -83,7 +83,7 @@ def RUN(thread: str, run_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread}, "metadata": {"run_id": run_id}}
 
 
-def _graph_runs(saver: Any, builder: StateGraph, thread: str, runs: Sequence[str],
+def _graph_runs(saver: Any, builder: StateGraph[Any], thread: str, runs: Sequence[str],
                 inp: Any) -> None:
     """Runs ``runs`` on ``thread``; run ids are ``thread/run`` (delete_for_runs deletes a
     run id in every thread)."""
