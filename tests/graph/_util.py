@@ -61,7 +61,7 @@ def official_saver(dsn: str) -> Iterator[PostgresSaver]:
     """The official saver on the same database (never ``setup()``: our migrations made
     the tables)."""
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
-        yield PostgresSaver(conn)  # type: ignore[arg-type]
+        yield PostgresSaver(conn)
 
 
 # --------------------------------------------------------------------------- generated

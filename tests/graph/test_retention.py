@@ -270,7 +270,7 @@ def chain_of(steps: Sequence[Step], st: Step, n: int) -> list[Step]:
     by_id = {s.checkpoint_id: s for s in steps}
     out = [st]
     while len(out) < n and out[-1].parent_id in by_id:
-        out.append(by_id[out[-1].parent_id])  # type: ignore[index]
+        out.append(by_id[out[-1].parent_id])
     return out
 
 
@@ -411,7 +411,7 @@ async def test_aprune_keeps_what_prune_keeps(dsn: str, keep_last: int | None) ->
             for i in want
         }
         assert stored_rows(dsn, "S") == rows
-        every_ns = {"configurable": {"thread_id": "A"}}
+        every_ns: RunnableConfig = {"configurable": {"thread_id": "A"}}
         left = {t.config["configurable"]["checkpoint_id"] async for t in saver.alist(every_ns)}
         assert left == visible
         for i in want - visible:

@@ -41,7 +41,7 @@ def _builder(freq_messages: int, freq_files: int) -> StateGraph[Any]:
     # functional syntax: the annotations are evaluated here, with the frequencies
     messages = DeltaChannel(append_reducer, snapshot_frequency=freq_messages)
     files = DeltaChannel(append_reducer, snapshot_frequency=freq_files)
-    State = TypedDict(  # type: ignore[misc]  # noqa: UP013
+    State = TypedDict(  # noqa: UP013
         "State",
         {
             "messages": Annotated[list, messages],

@@ -46,7 +46,7 @@ def T(thread: str) -> RunnableConfig:
 def expected_state(durability: str, turns: int = TURNS) -> Any:
     g = fanout_builder(FREQ).compile(checkpointer=InMemorySaver())
     for i in range(turns):
-        g.invoke({"items": [f"u{i}"]}, T("R"), durability=durability)  # type: ignore[arg-type]
+        g.invoke({"items": [f"u{i}"]}, T("R"), durability=durability)
     return canon(g.get_state(T("R")).values)
 
 
@@ -91,7 +91,7 @@ def test_prune_racing_a_live_run_sync(dsn: str, durability: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         saver = DeltaPostgresSaver(conn)
         g = fanout_builder(FREQ).compile(checkpointer=saver)
-        g.invoke({"items": ["u0"]}, T("R"), durability=durability)  # type: ignore[arg-type]
+        g.invoke({"items": ["u0"]}, T("R"), durability=durability)
         # daemons: a worker that hangs fails the join below and does not keep the
         # interpreter alive
         workers = [
@@ -107,7 +107,7 @@ def test_prune_racing_a_live_run_sync(dsn: str, durability: str) -> None:
                 (pruned[0] < MIN_RACING or pruned[1] == 0 or loads[0] < MIN_RACING)
                 and time.monotonic() - t0 < RUN_S
             ):
-                g.invoke({"items": [f"u{turns}"]}, T("R"), durability=durability)  # type: ignore[arg-type]
+                g.invoke({"items": [f"u{turns}"]}, T("R"), durability=durability)
                 turns += 1
                 assert not errors, errors
             elapsed = time.monotonic() - t0

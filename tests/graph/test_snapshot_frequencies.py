@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
@@ -63,7 +64,7 @@ def _pick(hist: list[Any], frac: float) -> dict[str, Any]:
 def scenario(freq: int):  # type: ignore[no-untyped-def]
     async def run(saver: BaseCheckpointSaver[Any], is_async: bool) -> list[Any]:
         d = Driver(loop_builder(freq), saver, is_async)
-        t = {"configurable": {"thread_id": f"long-{freq}"}, "recursion_limit": 1000}
+        t: RunnableConfig = {"configurable": {"thread_id": f"long-{freq}"}, "recursion_limit": 1000}
         for turn in range(TURNS):
             await d.invoke({"items": [f"in{turn}"]}, t)
         await d.state(t)

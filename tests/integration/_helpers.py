@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import psycopg
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointTuple,
@@ -77,7 +78,7 @@ class Uniform:
 
     async def history(self, config: Any, channels: Sequence[str]) -> Any:
         if self.is_async:
-            return await self.saver.aget_delta_channel_history(  # type: ignore[union-attr]
+            return await self.saver.aget_delta_channel_history(
                 config=config, channels=channels
             )
         return self.saver.get_delta_channel_history(config=config, channels=channels)
@@ -111,7 +112,7 @@ async def put_chain(
     ns: str = "",
     metadata: Any = None,
     values: Any = None,
-) -> list[dict[str, Any]]:
+) -> list[RunnableConfig]:
     """``n`` checkpoints, each the child of the previous one; returns their configs.
 
     ``metadata(i)`` / ``values(i)`` give each checkpoint's metadata and channel values

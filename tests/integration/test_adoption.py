@@ -16,6 +16,7 @@ from typing import Annotated, Any, TypedDict
 
 import psycopg
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
@@ -113,7 +114,7 @@ def assert_same_reads(ours: DeltaPostgresSaver, off: PostgresSaver) -> int:
         conf = t.config["configurable"]
         namespaces.add((conf["thread_id"], conf["checkpoint_ns"]))
     for thread, ns in sorted(namespaces):
-        latest = {"configurable": {"thread_id": thread, "checkpoint_ns": ns}}
+        latest: RunnableConfig = {"configurable": {"thread_id": thread, "checkpoint_ns": ns}}
         assert ours.get_tuple(latest) == off.get_tuple(latest)
         assert list(ours.list(latest)) == list(off.list(latest))
         assert ours.get_delta_channel_history(

@@ -290,7 +290,7 @@ def _official_put_writes(dsn: str, config: RunnableConfig, value: str) -> None:
     from langgraph.checkpoint.postgres import PostgresSaver
 
     with PostgresSaver.from_conn_string(dsn) as official:
-        official.put_writes(config, [("messages", [value])], task_id="official-" + value,  # type: ignore[arg-type]
+        official.put_writes(config, [("messages", [value])], task_id="official-" + value,
                             task_path="~z")
 
 
@@ -324,11 +324,11 @@ def test_reput_then_late_write_is_seen(dsn: str, reputter: str) -> None:
            else DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0))
     with ctx as other, DeltaPostgresSaver.from_conn_string(dsn) as reader:
         parent_cfg = _cfg(thread, again.parent_config["configurable"]["checkpoint_id"])  # type: ignore[index]
-        other.put(parent_cfg, again.checkpoint, again.metadata, {})  # type: ignore[arg-type]
+        other.put(parent_cfg, again.checkpoint, again.metadata, {})
         head = _cfg(thread, chain.ids[-1])
         reader.get_delta_channel_history(config=head, channels=CHANNELS)
         reader.get_delta_channel_history(config=head, channels=CHANNELS)
-        other.put_writes(_cfg(thread, chain.ids[5]), [("messages", ["after-reput"])],  # type: ignore[arg-type]
+        other.put_writes(_cfg(thread, chain.ids[5]), [("messages", ["after-reput"])],
                          task_id="t-reput", task_path="~z")
         got = canon_history(reader.get_delta_channel_history(config=head, channels=CHANNELS))
     assert got == _fresh(dsn, head) and "after-reput" in repr(got["messages"])

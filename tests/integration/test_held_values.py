@@ -200,7 +200,7 @@ def test_same_ids_and_versions_written_again_are_read_fresh(dsn: str) -> None:
     cp = empty_checkpoint()
     cp["channel_values"] = {"doc": ["old"] * 1000}
     cp["channel_versions"] = {"doc": 1}
-    head = {"configurable": {"thread_id": "held-e", "checkpoint_ns": ""}}
+    head: RunnableConfig = {"configurable": {"thread_id": "held-e", "checkpoint_ns": ""}}
     with DeltaPostgresSaver.from_conn_string(dsn) as saver:
         saver.put(head, cp, {"source": "input", "step": -1}, {"doc": 1})
         for _ in range(4):

@@ -513,7 +513,7 @@ def test_get_state_history_with_the_listing_equals_the_official_saver(dsn: str) 
             ("fan-runs", fanout_builder(100)), ("fan-1-keep3", fanout_builder(1)),
             ("notes-compacted", note_builder()),
         ):
-            c = {"configurable": {"thread_id": thread}}
+            c: RunnableConfig = {"configurable": {"thread_id": thread}}
             before = ours.stats().walk
             mine = [(canon(s.values), s.next, s.config["configurable"]["checkpoint_id"])
                     for s in builder.compile(checkpointer=ours).get_state_history(c)]

@@ -256,7 +256,7 @@ def test_get_tuple_and_its_history_come_from_one_server(
     router = patient
     graph = build_graph(WORKLOAD, router)
     ref = build_graph(WORKLOAD, primary)
-    conf = {"configurable": {"thread_id": "t4"}}
+    conf: RunnableConfig = {"configurable": {"thread_id": "t4"}}
     for turn in range(4):
         graph.invoke(user_input(WORKLOAD, turn), conf)
     standby.catch_up()
@@ -427,7 +427,7 @@ def test_standby_stopped_mid_run(
     graph = build_graph(WORKLOAD, router)
     ui = build_graph(WORKLOAD, reader)  # the UI: another process, no token
     ref = build_graph(WORKLOAD, primary)
-    conf = {"configurable": {"thread_id": "t6"}}
+    conf: RunnableConfig = {"configurable": {"thread_id": "t6"}}
     for turn in range(3):
         graph.invoke(user_input(WORKLOAD, turn), conf)
     standby.catch_up()
@@ -611,7 +611,7 @@ def test_every_routed_answer_equals_the_primarys(
             router.delete_thread(t) if rng.random() < 0.2 else None
         token = router.token() if rng.random() < 0.5 else None
         for th in threads:
-            conf = {"configurable": {"thread_id": th, "checkpoint_ns": ""}}
+            conf: RunnableConfig = {"configurable": {"thread_id": th, "checkpoint_ns": ""}}
             want_hist = [canon((s.values, s.next, s.config, s.parent_config))
                          for s in ref.get_state_history(conf)]
             all_tuples = list(primary.list(conf))
@@ -652,7 +652,7 @@ def test_async_routing_saver(dsn: str, replica_dsn: str, standby: Standby) -> No
         ) as r2, AsyncDeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as p:
             graph = build_graph(WORKLOAD, r)
             ref = build_graph(WORKLOAD, p)
-            conf = {"configurable": {"thread_id": "a1"}}
+            conf: RunnableConfig = {"configurable": {"thread_id": "a1"}}
             for turn in range(3):
                 await graph.ainvoke(user_input(WORKLOAD, turn), conf)
             await asyncio.to_thread(standby.catch_up)

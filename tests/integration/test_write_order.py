@@ -83,12 +83,12 @@ class _SyncProbe(DeltaPostgresSaver):
     overlap: _Overlap
     dsn_for_test: str
 
-    def _run(self, op: Any, *, atomic: bool = False) -> Any:
+    def _run(self, op: Any, *, atomic: bool = False, **kw: Any) -> Any:
         if (seen := _watched(op)) is None:
-            return super()._run(op, atomic=atomic)
+            return super()._run(op, atomic=atomic, **kw)
         self.overlap.enter(*seen)
         try:
-            out = super()._run(op, atomic=atomic)
+            out = super()._run(op, atomic=atomic, **kw)
             time.sleep(HOLD_S)
             return out
         finally:
@@ -99,12 +99,12 @@ class _AsyncProbe(AsyncDeltaPostgresSaver):
     overlap: _Overlap
     dsn_for_test: str
 
-    async def _run(self, op: Any, *, atomic: bool = False) -> Any:
+    async def _run(self, op: Any, *, atomic: bool = False, **kw: Any) -> Any:
         if (seen := _watched(op)) is None:
-            return await super()._run(op, atomic=atomic)
+            return await super()._run(op, atomic=atomic, **kw)
         self.overlap.enter(*seen)
         try:
-            out = await super()._run(op, atomic=atomic)
+            out = await super()._run(op, atomic=atomic, **kw)
             await asyncio.sleep(HOLD_S)
             return out
         finally:
