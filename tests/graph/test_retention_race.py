@@ -21,6 +21,7 @@ import psycopg
 import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Durability
 from psycopg_pool import AsyncConnectionPool
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
@@ -43,7 +44,7 @@ def T(thread: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread}}
 
 
-def expected_state(durability: str, turns: int = TURNS) -> Any:
+def expected_state(durability: Durability, turns: int = TURNS) -> Any:
     g = fanout_builder(FREQ).compile(checkpointer=InMemorySaver())
     for i in range(turns):
         g.invoke({"items": [f"u{i}"]}, T("R"), durability=durability)
@@ -51,7 +52,7 @@ def expected_state(durability: str, turns: int = TURNS) -> Any:
 
 
 @pytest.mark.parametrize("durability", ["sync", "async"])
-def test_prune_racing_a_live_run_sync(dsn: str, durability: str) -> None:
+def test_prune_racing_a_live_run_sync(dsn: str, durability: Durability) -> None:
     stop = threading.Event()
     errors: list[BaseException] = []
     pruned = [0, 0]  # prunes done, checkpoints they deleted

@@ -49,7 +49,7 @@ def build_mine(checkpointer: Any) -> Any:
         return {"log": [f"inner{s['count']}"], "count": s["count"] + 1}
 
     sub = StateGraph(MyState)
-    sub.add_node("inner", inner)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
+    sub.add_node("inner", inner)  # type: ignore[call-overload]  # langgraph stub: arg named "state"
     sub.add_edge(START, "inner")
     sub.add_edge("inner", END)
 

@@ -159,7 +159,9 @@ def test_trap2_pending_writes_of_a_head_checkpoint(
     standby.pause()
     router.put_writes(head, [("log", "second")], "task-b")  # the standby lacks it
     want = tup(primary.get_tuple(head))
-    assert len(primary.get_tuple(head).pending_writes) == 2  # type: ignore[union-attr]
+    head_tup = primary.get_tuple(head)
+    assert head_tup is not None and head_tup.pending_writes is not None
+    assert len(head_tup.pending_writes) == 2
     with _raw_replica(replica_dsn) as raw:  # the trap: fewer writes on the standby
         assert tup(raw.get_tuple(head)) != want
     assert tup(reader.get_tuple(head)) == want
@@ -194,7 +196,7 @@ def test_history_page_with_a_branch_head_the_standby_lacks_writes_of(
     standby.pause()
     router.put_writes(chain[4], [("log", "resumed")], "task-late")  # the old branch's head
     want = [tup(x) for x in primary.list(cfg("t8"), before=fork, limit=3)]
-    assert any(len(x.pending_writes) for x in primary.list(cfg("t8"), before=fork, limit=3))
+    assert any(len(x.pending_writes or ()) for x in primary.list(cfg("t8"), before=fork, limit=3))
     with _raw_replica(replica_dsn) as raw:  # the trap: the page without the write
         assert [tup(x) for x in raw.list(cfg("t8"), before=fork, limit=3)] != want
     assert [tup(x) for x in reader.list(cfg("t8"), before=fork, limit=3)] == want
@@ -364,6 +366,7 @@ def test_a_user_pool_in_repeatable_read_never_reads_the_guards_snapshot(
                 got = r.get_tuple(cfg("rr"))
                 want = primary.get_tuple(cfg("rr"))
                 assert got is not None and want is not None
+                assert got.pending_writes is not None and want.pending_writes is not None
                 assert len(got.pending_writes) == len(want.pending_writes) == trial + 1
                 standby.catch_up()
             assert r.routing_stats().replica_reads >= 1

@@ -187,7 +187,7 @@ def test_the_commands_make_a_standby_the_routing_saver_reads(primary: Cluster) -
             graph = g.compile(checkpointer=saver)
             graph.invoke({"log": ["hello"]}, cfg)
             wait_replayed(primary, shell.dsn)
-            assert graph.get_state(cfg).values["log"] == ["hello", "echo hello"]  # type: ignore[arg-type]
+            assert graph.get_state(cfg).values["log"] == ["hello", "echo hello"]
             assert saver.routing_stats().replica_reads >= 1, saver.routing_stats()
         assert "standby1" in slots(primary)
         done = shell.run(removal)

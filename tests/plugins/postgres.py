@@ -209,7 +209,7 @@ def pytest_report_header(config: pytest.Config) -> str:
     srv = shared.server if shared is not None else None
     if isinstance(srv, PgServer):
         where = conninfo_to_dict(srv.admin_dsn)
-        at = where.get("host") or "localhost"
+        at = str(where.get("host") or "localhost")
         if where.get("port"):
             at += f":{where['port']}"
         return f"postgres: {srv.source}, PostgreSQL {srv.version}, at {at}"
