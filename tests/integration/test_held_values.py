@@ -16,7 +16,7 @@ from typing import Annotated, Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
-from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.graph import END, START, StateGraph
@@ -210,7 +210,7 @@ def test_same_ids_and_versions_written_again_are_read_fresh(dsn: str) -> None:
         assert cache is not None and cache._buckets[("held-e", "")].values["doc"][1]
         with DeltaPostgresSaver.from_conn_string(dsn) as other:
             other.delete_thread("held-e")
-            again = dict(cp, channel_values={"doc": ["new"] * 1000})
+            again: Checkpoint = {**cp, "channel_values": {"doc": ["new"] * 1000}}
             other.put(head, again, {"source": "input", "step": -1}, {"doc": 1})
         for _ in range(2):
             got = saver.get_tuple(head)
