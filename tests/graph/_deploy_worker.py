@@ -54,7 +54,7 @@ class Task(TypedDict):
     i: int
 
 
-def builder() -> StateGraph:
+def builder() -> StateGraph[Any]:
     g = StateGraph(State)
 
     def start(state: State) -> dict[str, Any]:
@@ -71,7 +71,7 @@ def builder() -> StateGraph:
         return {"log": [f"joined{len(state['messages'])}"]}
 
     g.add_node("start", start)
-    g.add_node("work", work)
+    g.add_node("work", work)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
     g.add_node("join", join)
     g.add_edge(START, "start")
     g.add_conditional_edges("start", fan, ["work"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import StateGraph
@@ -45,19 +46,19 @@ def observe_snapshot(snap: Any) -> Any:
 class Driver:
     """Runs graph calls sync or async; every observation goes to ``self.log``."""
 
-    def __init__(self, builder: StateGraph, saver: BaseCheckpointSaver[Any], is_async: bool):
+    def __init__(self, builder: StateGraph[Any], saver: BaseCheckpointSaver[Any], is_async: bool):
         self.saver = saver
         self.is_async = is_async
         self.graph = builder.compile(checkpointer=saver)
         self.log: list[Any] = []
 
-    def recompile(self, builder: StateGraph) -> None:
+    def recompile(self, builder: StateGraph[Any]) -> None:
         self.graph = builder.compile(checkpointer=self.saver)
 
     async def _call(self, sync: Callable[[], Any], aio: Callable[[], Awaitable[Any]]) -> Any:
         return await aio() if self.is_async else sync()
 
-    async def invoke(self, inp: Any, config: dict[str, Any], **kw: Any) -> Any:
+    async def invoke(self, inp: Any, config: RunnableConfig, **kw: Any) -> Any:
         out = await self._call(
             lambda: self.graph.invoke(inp, config, **kw),
             lambda: self.graph.ainvoke(inp, config, **kw),
@@ -65,7 +66,7 @@ class Driver:
         self.log.append(("invoke", canon(out)))
         return out
 
-    async def state(self, config: dict[str, Any], subgraphs: bool = False) -> Any:
+    async def state(self, config: RunnableConfig, subgraphs: bool = False) -> Any:
         snap = await self._call(
             lambda: self.graph.get_state(config, subgraphs=subgraphs),
             lambda: self.graph.aget_state(config, subgraphs=subgraphs),
@@ -73,7 +74,7 @@ class Driver:
         self.log.append(("state", observe_snapshot(snap)))
         return snap
 
-    async def history(self, config: dict[str, Any], **kw: Any) -> list[Any]:
+    async def history(self, config: RunnableConfig, **kw: Any) -> list[Any]:
         if self.is_async:
             snaps = [s async for s in self.graph.aget_state_history(config, **kw)]
         else:
@@ -81,7 +82,7 @@ class Driver:
         self.log.append(("history", [observe_snapshot(s) for s in snaps]))
         return snaps
 
-    async def update(self, config: dict[str, Any], values: Any, as_node: str | None = None) -> Any:
+    async def update(self, config: RunnableConfig, values: Any, as_node: str | None = None) -> Any:
         new = await self._call(
             lambda: self.graph.update_state(config, values, as_node=as_node),
             lambda: self.graph.aupdate_state(config, values, as_node=as_node),

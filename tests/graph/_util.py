@@ -19,6 +19,8 @@ from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.types import Interrupt, Overwrite
 from psycopg.rows import dict_row
 
+from tests._config import cfg as cfg  # the suite's one cfg(), re-exported
+
 
 def canon(v: Any) -> Any:
     """A structure that compares equal only for values of the same types
@@ -59,7 +61,7 @@ def official_saver(dsn: str) -> Iterator[PostgresSaver]:
     """The official saver on the same database (never ``setup()``: our migrations made
     the tables)."""
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
-        yield PostgresSaver(conn)  # type: ignore[arg-type]
+        yield PostgresSaver(conn)
 
 
 # --------------------------------------------------------------------------- generated
@@ -272,8 +274,3 @@ def skewed_clock(hours: float = 1.0) -> Iterator[None]:
         id_mod._last_v6_timestamp = None
 
 
-def cfg(thread_id: str, ns: str = "", checkpoint_id: str | None = None) -> dict[str, Any]:
-    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
-    if checkpoint_id is not None:
-        conf["checkpoint_id"] = checkpoint_id
-    return {"configurable": conf}

@@ -13,6 +13,7 @@ from typing import Annotated, Any, TypedDict, get_type_hints
 
 import pytest
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
@@ -51,7 +52,7 @@ def test_the_page_has_the_three_declarations() -> None:
     assert set(page_blocks()) == {"Messages", "A file map", "A plain list"}
 
 
-def T(thread: str) -> dict[str, Any]:
+def T(thread: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread}}
 
 
@@ -76,7 +77,7 @@ def canon_messages(msgs: list[AnyMessage]) -> list[tuple[str, Any, str]]:
     return out
 
 
-def chat_builder(state: type) -> StateGraph:
+def chat_builder(state: type) -> StateGraph[Any]:
     """A node that acts on the last human message: ``replace <id>`` replaces a message
     by id, ``remove <id>`` / ``remove first-human`` removes one, ``clear`` removes all;
     anything else gets an AI reply (with an id of its own)."""
@@ -97,8 +98,8 @@ def chat_builder(state: type) -> StateGraph:
             return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), AIMessage("cleared")]}
         return {"messages": [AIMessage(content=f"reply {n}", id=f"ai-{n}")]}
 
-    g = StateGraph(state)
-    g.add_node("chat", chat)
+    g: StateGraph[Any] = StateGraph(state)
+    g.add_node("chat", chat)  # type: ignore[call-overload]  # langgraph stub: arg named "state"
     g.add_edge(START, "chat")
     return g
 
@@ -155,7 +156,7 @@ def run_chat(saver: BaseCheckpointSaver[Any], state: type, thread: str) -> list[
     return log
 
 
-def history(saver: BaseCheckpointSaver[Any], builder: StateGraph, thread: str) -> list[Any]:
+def history(saver: BaseCheckpointSaver[Any], builder: StateGraph[Any], thread: str) -> list[Any]:
     graph = builder.compile(checkpointer=saver)
     return [canon_messages(s.values.get("messages", []))
             for s in graph.get_state_history(T(thread))]
@@ -278,13 +279,13 @@ def test_the_page_declares_langgraphs_own_object() -> None:
 # ------------------------------------------------------------------- file map and list
 
 
-def files_builder(state: type) -> StateGraph:
+def files_builder(state: type) -> StateGraph[Any]:
     def write(s: Any) -> dict[str, Any]:
         n = len(s["files"])
         return {"files": {f"/out/{n}.txt": f"made at {n}", "/notes.md": f"notes {n}"}}
 
-    g = StateGraph(state)
-    g.add_node("write", write)
+    g: StateGraph[Any] = StateGraph(state)
+    g.add_node("write", write)  # type: ignore[call-overload]  # langgraph stub: arg named "state"
     g.add_edge(START, "write")
     return g
 
@@ -301,12 +302,12 @@ def files_inputs() -> list[dict[str, Any]]:
     return ins
 
 
-def list_builder(state: type) -> StateGraph:
+def list_builder(state: type) -> StateGraph[Any]:
     def log(s: Any) -> dict[str, Any]:
         return {"log": f"seen {len(s['log'])}"}  # a single item
 
-    g = StateGraph(state)
-    g.add_node("log", log)
+    g: StateGraph[Any] = StateGraph(state)
+    g.add_node("log", log)  # type: ignore[call-overload]  # langgraph stub: arg named "state"
     g.add_edge(START, "log")
     return g
 

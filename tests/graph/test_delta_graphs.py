@@ -9,6 +9,7 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
@@ -19,14 +20,14 @@ from tests.graph._graphs import Driver, Scenario, append_reducer, run_both
 from tests.plugins.savers import SaverFactory
 
 
-def T(thread: str) -> dict[str, Any]:
+def T(thread: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread}}
 
 
 # --------------------------------------------------------------------- fan-out graph
 
 
-def fanout_builder(freq: int) -> StateGraph:
+def fanout_builder(freq: int) -> StateGraph[Any]:
     S = TypedDict(  # noqa: UP013 (class syntax would leave `freq` unresolved)
         "S",
         {
@@ -54,7 +55,7 @@ def fanout_builder(freq: int) -> StateGraph:
 
     g = StateGraph(S)
     for name, fn in (("start", start), ("a", a), ("b", b), ("c", c), ("join", join)):
-        g.add_node(name, fn)
+        g.add_node(name, fn)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
     g.add_edge(START, "start")
     for n in ("a", "b", "c"):
         g.add_edge("start", n)
@@ -121,7 +122,7 @@ async def test_fanout_multi_turn(dsn: str, saver_factory: SaverFactory, freq: in
 # --------------------------------------------------------------------- interrupts
 
 
-def interrupt_builder() -> StateGraph:
+def interrupt_builder() -> StateGraph[Any]:
     S = TypedDict(  # noqa: UP013
         "S",
         {"items": Annotated[list[Any], DeltaChannel(append_reducer, snapshot_frequency=2)]},
@@ -152,7 +153,7 @@ def interrupt_builder() -> StateGraph:
         ("side2", side2),
         ("after", after),
     ):
-        g.add_node(name, fn)
+        g.add_node(name, fn)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
     g.add_edge(START, "prep")
     for n in ("ask", "side1", "side2"):
         g.add_edge("prep", n)
@@ -183,7 +184,7 @@ async def test_interrupt_resume(dsn: str, saver_factory: SaverFactory) -> None:
 # --------------------------------------------------------------------- subgraph
 
 
-def subgraph_builder() -> StateGraph:
+def subgraph_builder() -> StateGraph[Any]:
     Sub = TypedDict(  # noqa: UP013
         "Sub",
         {
@@ -204,9 +205,9 @@ def subgraph_builder() -> StateGraph:
         return {"items": [f"s3-{len(s['inner'])}"]}
 
     sub = StateGraph(Sub)
-    sub.add_node("s1", s1)
-    sub.add_node("s2", s2)
-    sub.add_node("s3", s3)
+    sub.add_node("s1", s1)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
+    sub.add_node("s2", s2)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
+    sub.add_node("s3", s3)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
     sub.add_edge(START, "s1")
     sub.add_edge("s1", "s2")
     sub.add_edge("s2", "s3")
@@ -225,9 +226,9 @@ def subgraph_builder() -> StateGraph:
         return {"items": [f"p2-{len(s['items'])}"]}
 
     g = StateGraph(P)
-    g.add_node("p1", p1)
+    g.add_node("p1", p1)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
     g.add_node("sub", sub.compile())
-    g.add_node("p2", p2)
+    g.add_node("p2", p2)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
     g.add_edge(START, "p1")
     g.add_edge("p1", "sub")
     g.add_edge("sub", "p2")
@@ -259,7 +260,7 @@ def messages_reducer(state: list[AnyMessage], writes: list[Any]) -> list[AnyMess
     return functools.reduce(add_messages, writes, state)  # type: ignore[arg-type]
 
 
-def chat_builder(delta: bool) -> StateGraph:
+def chat_builder(delta: bool) -> StateGraph[Any]:
     if delta:
         messages: Any = Annotated[
             list[AnyMessage], DeltaChannel(messages_reducer, snapshot_frequency=3)
@@ -278,7 +279,7 @@ def chat_builder(delta: bool) -> StateGraph:
         }
 
     g = StateGraph(S)
-    g.add_node("chat", chat)
+    g.add_node("chat", chat)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
     g.add_edge(START, "chat")
     g.add_edge("chat", END)
     return g

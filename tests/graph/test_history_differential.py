@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
-from langgraph.checkpoint.base import empty_checkpoint
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, ChannelVersions, empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
@@ -100,13 +101,13 @@ SHAPES: dict[str, Callable[[random.Random], list[Step]]] = {
 # ----------------------------------------------------------------------------- checks
 
 
-def targets(steps: Sequence[Step], thread_id: str) -> list[dict[str, Any]]:
+def targets(steps: Sequence[Step], thread_id: str) -> list[RunnableConfig]:
     out = [cfg(thread_id, st.ns, st.checkpoint_id) for st in steps]
     out += [cfg(thread_id, ns) for ns in dict.fromkeys(st.ns for st in steps)]
     return out
 
 
-def _with_thread(config: dict[str, Any], thread_id: str) -> dict[str, Any]:
+def _with_thread(config: RunnableConfig, thread_id: str) -> RunnableConfig:
     conf = dict(config["configurable"])
     conf["thread_id"] = thread_id
     return {"configurable": conf}
@@ -159,10 +160,10 @@ def write_all(
 def check_all(
     dsn: str,
     steps: Sequence[Step],
-    ours_get: Callable[[dict[str, Any], list[str]], dict[str, Any]],
+    ours_get: Callable[[RunnableConfig, list[str]], dict[str, Any]],
     mem: InMemorySaver,
     query_channels: Sequence[Sequence[str]] = QUERY_CHANNELS,
-    subset: Sequence[dict[str, Any]] | None = None,
+    subset: Sequence[RunnableConfig] | None = None,
     off_rows: bool = True,
 ) -> int:
     n = 0
@@ -257,7 +258,7 @@ def test_generated_histories_sync(dsn: str, shape: str, seed: int, cache_bytes: 
     with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=cache_bytes) as ours:
         mem = write_all(dsn, steps, ours)
 
-        def get(config: dict[str, Any], chans: list[str]) -> dict[str, Any]:
+        def get(config: RunnableConfig, chans: list[str]) -> dict[str, Any]:
             return dict(ours.get_delta_channel_history(config=config, channels=chans))
 
         assert check_all(dsn, steps, get, mem) > 0
@@ -312,7 +313,7 @@ async def test_generated_histories_async_conn(dsn: str) -> None:
                     config=config, channels=list(chans)
                 )
 
-    def get(config: dict[str, Any], chans: list[str]) -> dict[str, Any]:
+    def get(config: RunnableConfig, chans: list[str]) -> dict[str, Any]:
         return dict(answers[repr((config, chans))])
 
     assert check_all(dsn, steps, get, mem) > 0
@@ -329,7 +330,7 @@ def test_thousands_of_ancestors(dsn: str) -> None:
     with DeltaPostgresSaver.from_conn_string(dsn) as ours:
         mem = write_all(dsn, steps, ours, off_rows=False)
 
-        def get(config: dict[str, Any], chans: list[str]) -> dict[str, Any]:
+        def get(config: RunnableConfig, chans: list[str]) -> dict[str, Any]:
             return dict(ours.get_delta_channel_history(config=config, channels=chans))
 
         picks = [steps[i] for i in (1, 3, 1025, 2999)]
@@ -368,14 +369,14 @@ def _stores(st: Step, ch: str) -> bool:
 
 
 def _put(
-    saver: Any,
+    saver: BaseCheckpointSaver[Any],
     thread: str,
     parent: str | None,
     values: dict[str, Any],
-    versions: dict[str, str],
-    new: dict[str, str],
+    versions: ChannelVersions,
+    new: ChannelVersions,
     ns: str = "",
-) -> dict[str, Any]:
+) -> RunnableConfig:
     cp = empty_checkpoint()
     cp["id"] = str(uuid6())
     cp["channel_values"] = values
@@ -419,7 +420,7 @@ def test_edge_cases(dsn: str) -> None:
         m2 = _put(mem, "e", m1["configurable"]["checkpoint_id"], {}, {"a": "2"}, {"a": "2"})
         assert mem.get_delta_channel_history(config=m2, channels=["a", "a", "zz", "a"]) == got
         with pytest.raises(TypeError):
-            ours.get_delta_channel_history(config=c2, channels="a")  # type: ignore[arg-type]
+            ours.get_delta_channel_history(config=c2, channels="a")  # a str: a Sequence to mypy
 
 
 def test_inline_primitive_seeds_and_none(dsn: str) -> None:

@@ -54,11 +54,11 @@ def build_chain(
 class CountingCursor(psycopg.Cursor[Any]):
     executed: list[str] = []
 
-    def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:  # type: ignore[override]
+    def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:
         CountingCursor.executed.append(str(query))
         return super().execute(query, params, **kw)
 
-    def executemany(self, query: Any, params_seq: Any, **kw: Any) -> Any:  # type: ignore[override]
+    def executemany(self, query: Any, params_seq: Any, **kw: Any) -> Any:
         CountingCursor.executed.append(str(query))
         return super().executemany(query, params_seq, **kw)
 
@@ -117,7 +117,7 @@ async def test_one_statement_per_async_history_call(dsn: str) -> None:
     class ACounting(psycopg.AsyncCursor[Any]):
         executed: list[str] = []
 
-        async def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:  # type: ignore[override]
+        async def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:
             ACounting.executed.append(str(query))
             return await super().execute(query, params, **kw)
 

@@ -84,7 +84,7 @@ OVERWRITE_DROPS_SIBLINGS = _overwrite_drops_siblings()
 
 def builder(
     freq: int, *, messages: str | None = "delta", items: str | None = "delta"
-) -> StateGraph:
+) -> StateGraph[Any]:
     """``chat`` and ``audit`` run in parallel each turn. ``messages`` is a DeltaChannel
     with the delta messages reducer ("delta") or ``add_messages`` ("plain"); ``items`` a
     DeltaChannel list ("delta"), an ``operator.add`` list ("plain") or absent (None).
@@ -121,8 +121,8 @@ def builder(
         return {"items": [f"audit{s.get('turn', 0)}/{len(s.get('items', []))}"]}
 
     g = StateGraph(S)
-    g.add_node("chat", chat)
-    g.add_node("audit", audit)
+    g.add_node("chat", chat)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
+    g.add_node("audit", audit)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
     g.add_edge(START, "chat")
     g.add_edge(START, "audit")
     g.add_edge("chat", END)
@@ -145,7 +145,7 @@ def msg_ids(snap: Any) -> list[str]:
 # ------------------------------------------------------------------ the cases
 
 
-async def remove_all_case(d: Driver, freq: int) -> StateGraph:
+async def remove_all_case(d: Driver, freq: int) -> StateGraph[Any]:
     t = T("remove-all")
     for i in range(7):
         inp: dict[str, Any] = {"messages": [human(i)], "cmd": "reset" if i == 2 else ""}
@@ -175,7 +175,7 @@ async def remove_all_case(d: Driver, freq: int) -> StateGraph:
     return builder(freq)
 
 
-async def overwrite_case(d: Driver, freq: int) -> StateGraph:
+async def overwrite_case(d: Driver, freq: int) -> StateGraph[Any]:
     t = T("overwrite")
     for i in range(7):
         inp: dict[str, Any] = {"messages": [human(i)], "cmd": "overwrite" if i in (2, 5) else ""}
@@ -207,7 +207,7 @@ async def overwrite_case(d: Driver, freq: int) -> StateGraph:
     return builder(freq)
 
 
-async def added_channel_case(d: Driver, freq: int) -> StateGraph:
+async def added_channel_case(d: Driver, freq: int) -> StateGraph[Any]:
     """Turns with ``messages`` as ``add_messages`` and no ``items``; then ``messages``
     becomes a DeltaChannel and ``items`` is added. Then ``items`` goes from
     ``operator.add`` to a DeltaChannel, which is seeded by its last plain value."""
@@ -268,7 +268,7 @@ THREADS = {
 
 
 async def read_back(
-    final: StateGraph, saver: BaseCheckpointSaver[Any], is_async: bool, threads: list[str]
+    final: StateGraph[Any], saver: BaseCheckpointSaver[Any], is_async: bool, threads: list[str]
 ) -> list[Any]:
     """Every thread through ``final``: the latest state, the history, and the state at
     every checkpoint of it."""
@@ -330,7 +330,7 @@ async def test_newest_semantics_equal_in_memory(
 # ------------------------------------------------------------------ a None before the switch
 
 
-def none_builder(delta: bool) -> StateGraph:
+def none_builder(delta: bool) -> StateGraph[Any]:
     """``items`` is a plain ``list | None`` field that ends each turn at ``None``; with
     ``delta`` it is a DeltaChannel list."""
     items: Any = (
@@ -344,7 +344,7 @@ def none_builder(delta: bool) -> StateGraph:
         return {"items": ["x"] if delta else None, "n": s.get("n", 0) + 1}
 
     g = StateGraph(S)
-    g.add_node("node", node)
+    g.add_node("node", node)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
     g.add_edge(START, "node")
     g.add_edge("node", END)
     return g

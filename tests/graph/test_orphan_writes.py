@@ -44,7 +44,7 @@ def _node(name: str) -> Any:
     return node
 
 
-def graph_builder() -> StateGraph:
+def graph_builder() -> StateGraph[Any]:
     b = StateGraph(State)
     b.add_node("a", _node("a"))
     b.add_node("b", _node("b"))
@@ -64,7 +64,7 @@ def failing(saver_cls: type[Any]) -> type[Any]:
     """``saver_cls`` whose put fails on chosen calls (counted from 1), before any
     statement runs, as a connection lost on the way out would."""
 
-    class Failing(saver_cls):  # type: ignore[misc, valid-type]
+    class Failing(saver_cls):
         fail_on: set[int] = set()
         puts = 0
 

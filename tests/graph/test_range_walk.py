@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_delta_postgres import DeltaPostgresSaver
@@ -38,7 +39,7 @@ def _ctes(plan: Any) -> Iterator[dict[str, Any]]:
             yield from _ctes(child)
 
 
-def took_range(saver: DeltaPostgresSaver, config: dict[str, Any], channels: list[str]) -> bool:
+def took_range(saver: DeltaPostgresSaver, config: RunnableConfig, channels: list[str]) -> bool:
     """Whether the history statement read this call's chain as a verified stretch."""
     conf = config["configurable"]
     params = saver._history_params(

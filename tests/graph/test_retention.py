@@ -19,6 +19,7 @@ from unittest import mock
 import psycopg
 import pytest
 from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.base import id as idmod
 from langgraph.checkpoint.base.id import uuid6
@@ -269,7 +270,7 @@ def chain_of(steps: Sequence[Step], st: Step, n: int) -> list[Step]:
     by_id = {s.checkpoint_id: s for s in steps}
     out = [st]
     while len(out) < n and out[-1].parent_id in by_id:
-        out.append(by_id[out[-1].parent_id])  # type: ignore[index]
+        out.append(by_id[out[-1].parent_id])
     return out
 
 
@@ -410,7 +411,7 @@ async def test_aprune_keeps_what_prune_keeps(dsn: str, keep_last: int | None) ->
             for i in want
         }
         assert stored_rows(dsn, "S") == rows
-        every_ns = {"configurable": {"thread_id": "A"}}
+        every_ns: RunnableConfig = {"configurable": {"thread_id": "A"}}
         left = {t.config["configurable"]["checkpoint_id"] async for t in saver.alist(every_ns)}
         assert left == visible
         for i in want - visible:
@@ -511,17 +512,17 @@ async def test_prune_before_spares_a_thread_whose_latest_is_exactly_before(
 # ----------------------------------------------------------------------------- real graphs
 
 
-def T(thread: str) -> dict[str, Any]:
+def T(thread: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread}}
 
 
-def observe(graph: Any, config: dict[str, Any]) -> Any:
+def observe(graph: Any, config: RunnableConfig) -> Any:
     return observe_snapshot(graph.get_state(config, subgraphs=True))
 
 
 def check_pruned_thread(
     dsn: str,
-    builder: StateGraph,
+    builder: StateGraph[Any],
     write: Callable[[Any, dict[str, Any]], None],
     cont: Sequence[Any],
     *,
@@ -647,7 +648,7 @@ def test_prune_thread_migrated_from_add_messages(dsn: str, compact: bool) -> Non
 # ----------------------------------------------------------------------------- delete_for_runs
 
 
-def RUN(thread: str, run_id: str) -> dict[str, Any]:
+def RUN(thread: str, run_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread}, "metadata": {"run_id": run_id}}
 
 

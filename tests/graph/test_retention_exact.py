@@ -23,6 +23,7 @@ from typing import Annotated, Any, TypedDict
 import psycopg
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.base.id import uuid6
@@ -36,11 +37,11 @@ from tests.graph._util import canon, cfg, official_saver
 _threads = itertools.count()
 
 
-def _builder(freq_messages: int, freq_files: int) -> StateGraph:
+def _builder(freq_messages: int, freq_files: int) -> StateGraph[Any]:
     # functional syntax: the annotations are evaluated here, with the frequencies
     messages = DeltaChannel(append_reducer, snapshot_frequency=freq_messages)
     files = DeltaChannel(append_reducer, snapshot_frequency=freq_files)
-    State = TypedDict(  # type: ignore[misc]  # noqa: UP013
+    State = TypedDict(  # noqa: UP013
         "State",
         {
             "messages": Annotated[list, messages],
@@ -76,9 +77,9 @@ def _builder(freq_messages: int, freq_files: int) -> StateGraph:
         return {"messages": [f"r:{answer}"]}
 
     b = StateGraph(State)
-    b.add_node("agent", agent)
-    b.add_node("worker", worker)
-    b.add_node("ask", ask)
+    b.add_node("agent", agent)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
+    b.add_node("worker", worker)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
+    b.add_node("ask", ask)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
     b.add_edge(START, "agent")
     b.add_conditional_edges("agent", route, ["worker", "ask", END])
     b.add_edge("worker", END)
@@ -146,11 +147,11 @@ def _observed(snap: Any, tup: Any) -> Any:
     )
 
 
-def _read(graph: Any, saver: BaseCheckpointSaver[Any], config: dict[str, Any]) -> Any:
+def _read(graph: Any, saver: BaseCheckpointSaver[Any], config: RunnableConfig) -> Any:
     return _observed(graph.get_state(config), saver.get_tuple(config))
 
 
-async def _aread(graph: Any, saver: BaseCheckpointSaver[Any], config: dict[str, Any]) -> Any:
+async def _aread(graph: Any, saver: BaseCheckpointSaver[Any], config: RunnableConfig) -> Any:
     return _observed(await graph.aget_state(config), await saver.aget_tuple(config))
 
 
@@ -159,7 +160,7 @@ def _ids(saver: BaseCheckpointSaver[Any], tid: str) -> list[str]:
 
 
 def _check_after(
-    builder: StateGraph, saver: BaseCheckpointSaver[Any], tid: str, before: dict[str, Any],
+    builder: StateGraph[Any], saver: BaseCheckpointSaver[Any], tid: str, before: dict[str, Any],
     strategy: str, keep_last: int | None,
 ) -> list[str]:
     """Every checkpoint ``saver`` returns reads as before; every other one answers as

@@ -19,7 +19,9 @@ from typing import Any
 
 import psycopg
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Durability
 from psycopg_pool import AsyncConnectionPool
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
@@ -38,19 +40,19 @@ RUN_S = 300.0
 MIN_RACING = 11
 
 
-def T(thread: str) -> dict[str, Any]:
+def T(thread: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread}}
 
 
-def expected_state(durability: str, turns: int = TURNS) -> Any:
+def expected_state(durability: Durability, turns: int = TURNS) -> Any:
     g = fanout_builder(FREQ).compile(checkpointer=InMemorySaver())
     for i in range(turns):
-        g.invoke({"items": [f"u{i}"]}, T("R"), durability=durability)  # type: ignore[arg-type]
+        g.invoke({"items": [f"u{i}"]}, T("R"), durability=durability)
     return canon(g.get_state(T("R")).values)
 
 
 @pytest.mark.parametrize("durability", ["sync", "async"])
-def test_prune_racing_a_live_run_sync(dsn: str, durability: str) -> None:
+def test_prune_racing_a_live_run_sync(dsn: str, durability: Durability) -> None:
     stop = threading.Event()
     errors: list[BaseException] = []
     pruned = [0, 0]  # prunes done, checkpoints they deleted
@@ -90,7 +92,7 @@ def test_prune_racing_a_live_run_sync(dsn: str, durability: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         saver = DeltaPostgresSaver(conn)
         g = fanout_builder(FREQ).compile(checkpointer=saver)
-        g.invoke({"items": ["u0"]}, T("R"), durability=durability)  # type: ignore[arg-type]
+        g.invoke({"items": ["u0"]}, T("R"), durability=durability)
         # daemons: a worker that hangs fails the join below and does not keep the
         # interpreter alive
         workers = [
@@ -106,7 +108,7 @@ def test_prune_racing_a_live_run_sync(dsn: str, durability: str) -> None:
                 (pruned[0] < MIN_RACING or pruned[1] == 0 or loads[0] < MIN_RACING)
                 and time.monotonic() - t0 < RUN_S
             ):
-                g.invoke({"items": [f"u{turns}"]}, T("R"), durability=durability)  # type: ignore[arg-type]
+                g.invoke({"items": [f"u{turns}"]}, T("R"), durability=durability)
                 turns += 1
                 assert not errors, errors
             elapsed = time.monotonic() - t0

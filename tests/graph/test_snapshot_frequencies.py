@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
@@ -18,7 +19,7 @@ STEPS_PER_TURN = 55
 TURNS = 4  # 4 x 55 loop supersteps (+ inputs) > 200 checkpoints
 
 
-def loop_builder(freq: int) -> StateGraph:
+def loop_builder(freq: int) -> StateGraph[Any]:
     S = TypedDict(  # noqa: UP013 (class syntax would leave `freq` unresolved)
         "S",
         {
@@ -48,8 +49,8 @@ def loop_builder(freq: int) -> StateGraph:
         return ["tick", "other"] if s["n"] % 5 == 0 else ["tick"]
 
     g = StateGraph(S)
-    g.add_node("tick", tick)
-    g.add_node("other", other)
+    g.add_node("tick", tick)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
+    g.add_node("other", other)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
     g.add_edge(START, "tick")
     g.add_conditional_edges("tick", route, ["tick", "other", END])
     g.add_edge("other", "tick")
@@ -63,7 +64,7 @@ def _pick(hist: list[Any], frac: float) -> dict[str, Any]:
 def scenario(freq: int):  # type: ignore[no-untyped-def]
     async def run(saver: BaseCheckpointSaver[Any], is_async: bool) -> list[Any]:
         d = Driver(loop_builder(freq), saver, is_async)
-        t = {"configurable": {"thread_id": f"long-{freq}"}, "recursion_limit": 1000}
+        t: RunnableConfig = {"configurable": {"thread_id": f"long-{freq}"}, "recursion_limit": 1000}
         for turn in range(TURNS):
             await d.invoke({"items": [f"in{turn}"]}, t)
         await d.state(t)

@@ -131,7 +131,7 @@ class Machine(RuleBasedStateMachine):
 
     def _both(self, fn: Any) -> None:
         """Run ``fn`` on ours then on the reference; both must fail alike."""
-        outcomes = []
+        outcomes: list[str | None] = []
         for saver in (self.ours, self.mem):
             try:
                 fn(saver)

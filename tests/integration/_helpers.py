@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import psycopg
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointTuple,
@@ -18,6 +19,7 @@ from langgraph.checkpoint.base import (
 )
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
+from tests._config import cfg as cfg  # the suite's one cfg(), re-exported
 from tests.plugins.savers import SaverFactory
 
 TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
@@ -76,7 +78,7 @@ class Uniform:
 
     async def history(self, config: Any, channels: Sequence[str]) -> Any:
         if self.is_async:
-            return await self.saver.aget_delta_channel_history(  # type: ignore[union-attr]
+            return await self.saver.aget_delta_channel_history(
                 config=config, channels=channels
             )
         return self.saver.get_delta_channel_history(config=config, channels=channels)
@@ -90,13 +92,6 @@ async def open_saver(factory: SaverFactory, dsn: str, **kw: Any) -> AsyncIterato
     else:
         with factory.sync(dsn, **kw) as s:
             yield Uniform(s)
-
-
-def cfg(thread_id: str, ns: str = "", checkpoint_id: str | None = None) -> dict[str, Any]:
-    c: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
-    if checkpoint_id is not None:
-        c["checkpoint_id"] = checkpoint_id
-    return {"configurable": c}
 
 
 def make_checkpoint(
@@ -117,7 +112,7 @@ async def put_chain(
     ns: str = "",
     metadata: Any = None,
     values: Any = None,
-) -> list[dict[str, Any]]:
+) -> list[RunnableConfig]:
     """``n`` checkpoints, each the child of the previous one; returns their configs.
 
     ``metadata(i)`` / ``values(i)`` give each checkpoint's metadata and channel values

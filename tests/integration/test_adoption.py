@@ -16,6 +16,7 @@ from typing import Annotated, Any, TypedDict
 
 import psycopg
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
@@ -48,7 +49,7 @@ def build_mine(checkpointer: Any) -> Any:
         return {"log": [f"inner{s['count']}"], "count": s["count"] + 1}
 
     sub = StateGraph(MyState)
-    sub.add_node("inner", inner)
+    sub.add_node("inner", inner)  # type: ignore[call-overload]  # langgraph stub: arg named "state"
     sub.add_edge(START, "inner")
     sub.add_edge("inner", END)
 
@@ -113,7 +114,7 @@ def assert_same_reads(ours: DeltaPostgresSaver, off: PostgresSaver) -> int:
         conf = t.config["configurable"]
         namespaces.add((conf["thread_id"], conf["checkpoint_ns"]))
     for thread, ns in sorted(namespaces):
-        latest = {"configurable": {"thread_id": thread, "checkpoint_ns": ns}}
+        latest: RunnableConfig = {"configurable": {"thread_id": thread, "checkpoint_ns": ns}}
         assert ours.get_tuple(latest) == off.get_tuple(latest)
         assert list(ours.list(latest)) == list(off.list(latest))
         assert ours.get_delta_channel_history(

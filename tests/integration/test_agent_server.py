@@ -20,6 +20,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from langchain_core.runnables import RunnableConfig
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver
 from langgraph_delta_postgres import agent_server as ag
@@ -60,12 +61,12 @@ class Counting(psycopg.AsyncCursor[Any]):
 
     executed: list[str] = []
 
-    async def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:  # type: ignore[override]
+    async def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:
         if str(query).strip():
             Counting.executed.append(str(query))
         return await super().execute(query, params, **kw)
 
-    async def executemany(self, query: Any, params_seq: Any, **kw: Any) -> Any:  # type: ignore[override]
+    async def executemany(self, query: Any, params_seq: Any, **kw: Any) -> Any:
         Counting.executed.append(str(query))
         return await super().executemany(query, params_seq, **kw)
 
@@ -101,7 +102,7 @@ async def bare(dsn: str) -> AsyncIterator[AsyncDeltaPostgresSaver]:
         yield saver
 
 
-def _cfg(thread_id: str, **extra: Any) -> dict[str, Any]:
+def _cfg(thread_id: str, **extra: Any) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id, **extra}}
 
 
@@ -337,7 +338,7 @@ async def test_schema_and_prepare_threshold_from_the_environment(
     async with ag.checkpointer() as saver:
         await _run(_graph(saver), "in-schema", 2)
         assert saver.conn.max_size == 2  # type: ignore[union-attr]
-        async with saver.conn.connection() as conn:  # type: ignore[union-attr]
+        async with saver.conn.connection() as conn:
             assert conn.prepare_threshold is None
     with psycopg.connect(dsn) as conn:
         n = conn.execute(

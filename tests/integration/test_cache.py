@@ -11,22 +11,21 @@ from typing import Annotated, Any, TypedDict
 import psycopg
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.graph import START, StateGraph
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
 from langgraph_delta_postgres._cache import HistoryCache
 from langgraph_delta_postgres.bench.rows import copy_threads, write_chain
+from tests._config import cfg
 from tests.graph._util import canon, canon_history
 
 CHANNELS = ["messages", "files"]
 
 
-def _cfg(thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
-    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
-    if checkpoint_id:
-        conf["checkpoint_id"] = checkpoint_id
-    return {"configurable": conf}
+def _cfg(thread_id: str, checkpoint_id: str | None = None) -> RunnableConfig:
+    return cfg(thread_id, checkpoint_id=checkpoint_id)
 
 
 def _add(state: list[Any], writes: list[Any]) -> list[Any]:

@@ -17,22 +17,21 @@ from typing import Any
 
 import psycopg
 import pytest
+from langchain_core.runnables import RunnableConfig
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
 from langgraph_delta_postgres.bench.rows import write_chain
+from tests._config import cfg
 from tests.graph._util import canon_history
 
 CHANNELS = ["messages", "files"]
 
 
-def _cfg(thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
-    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
-    if checkpoint_id is not None:
-        conf["checkpoint_id"] = checkpoint_id
-    return {"configurable": conf}
+def _cfg(thread_id: str, checkpoint_id: str | None = None) -> RunnableConfig:
+    return cfg(thread_id, checkpoint_id=checkpoint_id)
 
 
-def put_writes_in_another_process(dsn: str, config: dict[str, Any], value: str) -> None:
+def put_writes_in_another_process(dsn: str, config: RunnableConfig, value: str) -> None:
     code = textwrap.dedent(
         """
         import sys, json
@@ -50,7 +49,7 @@ def put_writes_in_another_process(dsn: str, config: dict[str, Any], value: str) 
     )
 
 
-def _fresh(dsn: str, config: dict[str, Any]) -> Any:
+def _fresh(dsn: str, config: RunnableConfig) -> Any:
     with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as fresh:
         return canon_history(fresh.get_delta_channel_history(config=config, channels=CHANNELS))
 
@@ -285,13 +284,13 @@ def test_write_waits_while_its_checkpoint_and_a_child_are_put(dsn: str) -> None:
         assert got == _fresh(dsn, head) and "waited" in repr(got["messages"])
 
 
-def _official_put_writes(dsn: str, config: dict[str, Any], value: str) -> None:
+def _official_put_writes(dsn: str, config: RunnableConfig, value: str) -> None:
     """A write by the official saver (langgraph-checkpoint-postgres): it knows nothing of
     checkpoint_epochs; only the database can count it."""
     from langgraph.checkpoint.postgres import PostgresSaver
 
     with PostgresSaver.from_conn_string(dsn) as official:
-        official.put_writes(config, [("messages", [value])], task_id="official-" + value,  # type: ignore[arg-type]
+        official.put_writes(config, [("messages", [value])], task_id="official-" + value,
                             task_path="~z")
 
 
@@ -325,11 +324,11 @@ def test_reput_then_late_write_is_seen(dsn: str, reputter: str) -> None:
            else DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0))
     with ctx as other, DeltaPostgresSaver.from_conn_string(dsn) as reader:
         parent_cfg = _cfg(thread, again.parent_config["configurable"]["checkpoint_id"])  # type: ignore[index]
-        other.put(parent_cfg, again.checkpoint, again.metadata, {})  # type: ignore[arg-type]
+        other.put(parent_cfg, again.checkpoint, again.metadata, {})
         head = _cfg(thread, chain.ids[-1])
         reader.get_delta_channel_history(config=head, channels=CHANNELS)
         reader.get_delta_channel_history(config=head, channels=CHANNELS)
-        other.put_writes(_cfg(thread, chain.ids[5]), [("messages", ["after-reput"])],  # type: ignore[arg-type]
+        other.put_writes(_cfg(thread, chain.ids[5]), [("messages", ["after-reput"])],
                          task_id="t-reput", task_path="~z")
         got = canon_history(reader.get_delta_channel_history(config=head, channels=CHANNELS))
     assert got == _fresh(dsn, head) and "after-reput" in repr(got["messages"])

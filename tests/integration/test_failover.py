@@ -49,6 +49,7 @@ from typing import Annotated, Any, TypedDict, TypeVar
 
 import psycopg
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.graph import END, START, StateGraph
@@ -124,11 +125,8 @@ def _saver(kind: str, pair: Pair) -> Iterator[DeltaPostgresSaver | RoutingSaver]
             yield r
 
 
-def _conf(thread: str, checkpoint_id: str | None = None) -> dict[str, Any]:
-    c: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
-    if checkpoint_id is not None:
-        c["checkpoint_id"] = checkpoint_id
-    return {"configurable": c}
+def _conf(thread: str, checkpoint_id: str | None = None) -> RunnableConfig:
+    return cfg(thread, checkpoint_id=checkpoint_id)
 
 
 # ---------------------------------------------------------------------------- servers
@@ -394,7 +392,7 @@ def test_cache_after_failover_with_late_writes(pair: Pair) -> None:
     with DeltaPostgresSaver.from_conn_string(pair.multi_dsn, pool_size=2) as saver:
         versions: dict[str, Any] = {}
 
-        def put(parent: dict[str, Any], i: int) -> dict[str, Any]:
+        def put(parent: RunnableConfig, i: int) -> RunnableConfig:
             versions["obj"] = saver.get_next_version(versions.get("obj"), None)
             cp = make_checkpoint({"obj": {"i": i}}, dict(versions))
             conf = saver.put(parent, cp, {"source": "loop", "step": i},

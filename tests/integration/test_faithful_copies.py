@@ -25,6 +25,7 @@ from collections import Counter
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -112,7 +113,7 @@ def _graph(saver: Any, node: Any) -> Any:
     return b.compile(checkpointer=saver)
 
 
-def _cfg(thread_id: str) -> dict[str, Any]:
+def _cfg(thread_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id}}
 
 

@@ -14,8 +14,9 @@ import operator
 from collections import Counter
 from typing import Annotated, Any, TypedDict
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
-from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.graph import END, START, StateGraph
@@ -64,7 +65,7 @@ def _graph(saver: Any, tag: str, size: int = 2000) -> Any:
 INPUT = {"big": [], "small": [], "n": 0}
 
 
-def _cfg(thread: str) -> dict[str, Any]:
+def _cfg(thread: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread}}
 
 
@@ -199,7 +200,7 @@ def test_same_ids_and_versions_written_again_are_read_fresh(dsn: str) -> None:
     cp = empty_checkpoint()
     cp["channel_values"] = {"doc": ["old"] * 1000}
     cp["channel_versions"] = {"doc": 1}
-    head = {"configurable": {"thread_id": "held-e", "checkpoint_ns": ""}}
+    head: RunnableConfig = {"configurable": {"thread_id": "held-e", "checkpoint_ns": ""}}
     with DeltaPostgresSaver.from_conn_string(dsn) as saver:
         saver.put(head, cp, {"source": "input", "step": -1}, {"doc": 1})
         for _ in range(4):
@@ -209,7 +210,7 @@ def test_same_ids_and_versions_written_again_are_read_fresh(dsn: str) -> None:
         assert cache is not None and cache._buckets[("held-e", "")].values["doc"][1]
         with DeltaPostgresSaver.from_conn_string(dsn) as other:
             other.delete_thread("held-e")
-            again = dict(cp, channel_values={"doc": ["new"] * 1000})
+            again: Checkpoint = {**cp, "channel_values": {"doc": ["new"] * 1000}}
             other.put(head, again, {"source": "input", "step": -1}, {"doc": 1})
         for _ in range(2):
             got = saver.get_tuple(head)

@@ -140,7 +140,8 @@ def test_pool_replaces_connections_the_server_closed(dsn: str, pg_server: Any) -
         _terminate_app(pg_server.admin_dsn, app)
         saver.put_writes(c, [("x", 1)], "after-kill")
         tup = saver.get_tuple(c)
-        assert tup is not None and [w[0] for w in tup.pending_writes] == ["after-kill"]
+        assert tup is not None and tup.pending_writes is not None
+        assert [w[0] for w in tup.pending_writes] == ["after-kill"]
 
 
 def test_pool_checks_no_healthy_connection(dsn: str, monkeypatch: Any) -> None:

@@ -24,6 +24,7 @@ from typing import Annotated, Any, TypedDict
 
 import psycopg
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
@@ -58,7 +59,7 @@ class NoteState(TypedDict):
     note: str | None  # an inline null at every other node
 
 
-def note_builder() -> StateGraph:
+def note_builder() -> StateGraph[Any]:
     def node(name: str) -> Any:
         def fn(s: Any) -> dict[str, Any]:
             return {
@@ -78,11 +79,11 @@ def note_builder() -> StateGraph:
     return b
 
 
-def RUN(thread: str, run_id: str) -> dict[str, Any]:
+def RUN(thread: str, run_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread}, "metadata": {"run_id": run_id}}
 
 
-def _graph_runs(saver: Any, builder: StateGraph, thread: str, runs: Sequence[str],
+def _graph_runs(saver: Any, builder: StateGraph[Any], thread: str, runs: Sequence[str],
                 inp: Any) -> None:
     """Runs ``runs`` on ``thread``; run ids are ``thread/run`` (delete_for_runs deletes a
     run id in every thread)."""
@@ -512,7 +513,7 @@ def test_get_state_history_with_the_listing_equals_the_official_saver(dsn: str) 
             ("fan-runs", fanout_builder(100)), ("fan-1-keep3", fanout_builder(1)),
             ("notes-compacted", note_builder()),
         ):
-            c = {"configurable": {"thread_id": thread}}
+            c: RunnableConfig = {"configurable": {"thread_id": thread}}
             before = ours.stats().walk
             mine = [(canon(s.values), s.next, s.config["configurable"]["checkpoint_id"])
                     for s in builder.compile(checkpointer=ours).get_state_history(c)]

@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 import psycopg
-from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base import ChannelVersions, empty_checkpoint
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -51,7 +51,9 @@ def test_statements_are_not_replanned(dsn: str) -> None:
         for step in range(8):
             cp = empty_checkpoint()
             cp["channel_values"] = {"n": step, "blob": [step]}
-            versions = {ch: saver.get_next_version(None, None) for ch in ("n", "blob")}
+            versions: ChannelVersions = {
+                ch: saver.get_next_version(None, None) for ch in ("n", "blob")
+            }
             cp["channel_versions"] = versions
             cfg = saver.put(cfg, cp, {"source": "loop", "step": step}, versions)
             saver.put_writes(cfg, [("blob", [step])], f"task-{step}")

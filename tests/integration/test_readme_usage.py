@@ -16,7 +16,8 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 def _usage_block() -> str:
     text = README.read_text(encoding="utf-8")
     usage = text[text.index("## Usage") :]
-    return re.findall(r"```python\n(.*?)```", usage, re.S)[0]
+    block: str = re.findall(r"```python\n(.*?)```", usage, re.S)[0]
+    return block
 
 
 def test_readme_usage_example_runs_as_written(empty_dsn: str, tmp_path: Path) -> None:

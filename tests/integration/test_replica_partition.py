@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
@@ -63,7 +64,7 @@ def tup(t: CheckpointTuple | None) -> Any:
 def _chain(saver: DeltaPostgresSaver, thread: str, n: int) -> list[dict[str, Any]]:
     """``n`` checkpoints of one thread, each with a pending write; their configs."""
     out = []
-    conf: dict[str, Any] = cfg(thread)
+    conf: RunnableConfig = cfg(thread)
     versions: dict[str, Any] = {}
     for i in range(n):
         versions["obj"] = saver.get_next_version(versions.get("obj"), None)

@@ -35,6 +35,7 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_delta_postgres import DeltaPostgresSaver
@@ -64,14 +65,14 @@ def _input(thread: str, k: int) -> dict[str, Any]:
     return {"messages": [HumanMessage(content=f"{thread}-turn{k}", id=f"user-{thread}-{k}")]}
 
 
-def _conf(thread: str) -> dict[str, Any]:
+def _conf(thread: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread}}
 
 
 # ------------------------------------------------------------------------ the workers
 
 
-def _read(graph: Any, conf: dict[str, Any]) -> None:
+def _read(graph: Any, conf: RunnableConfig) -> None:
     """What a worker (or the UI it serves) reads of a thread: its state, the first page
     of its history and the page after it."""
     graph.get_state(conf)

@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
@@ -92,8 +93,8 @@ def _from_replica(r: RoutingSaver, read: Any, tries: int = 3) -> Any:
     raise AssertionError(f"the replica answered none of {tries} reads: {r.routing_stats()}")
 
 
-def _chain(saver: Any, thread: str, n: int, parent: dict[str, Any] | None = None,
-           writes: bool = True) -> list[dict[str, Any]]:
+def _chain(saver: Any, thread: str, n: int, parent: RunnableConfig | None = None,
+           writes: bool = True) -> list[RunnableConfig]:
     """``n`` checkpoints of one thread, each with a write of the channel ``log`` (a
     DeltaChannel-style history) and of a blob channel; returns their configs."""
     out = []
@@ -158,7 +159,9 @@ def test_trap2_pending_writes_of_a_head_checkpoint(
     standby.pause()
     router.put_writes(head, [("log", "second")], "task-b")  # the standby lacks it
     want = tup(primary.get_tuple(head))
-    assert len(primary.get_tuple(head).pending_writes) == 2  # type: ignore[union-attr]
+    head_tup = primary.get_tuple(head)
+    assert head_tup is not None and head_tup.pending_writes is not None
+    assert len(head_tup.pending_writes) == 2
     with _raw_replica(replica_dsn) as raw:  # the trap: fewer writes on the standby
         assert tup(raw.get_tuple(head)) != want
     assert tup(reader.get_tuple(head)) == want
@@ -193,7 +196,7 @@ def test_history_page_with_a_branch_head_the_standby_lacks_writes_of(
     standby.pause()
     router.put_writes(chain[4], [("log", "resumed")], "task-late")  # the old branch's head
     want = [tup(x) for x in primary.list(cfg("t8"), before=fork, limit=3)]
-    assert any(len(x.pending_writes) for x in primary.list(cfg("t8"), before=fork, limit=3))
+    assert any(len(x.pending_writes or ()) for x in primary.list(cfg("t8"), before=fork, limit=3))
     with _raw_replica(replica_dsn) as raw:  # the trap: the page without the write
         assert [tup(x) for x in raw.list(cfg("t8"), before=fork, limit=3)] != want
     assert [tup(x) for x in reader.list(cfg("t8"), before=fork, limit=3)] == want
@@ -255,7 +258,7 @@ def test_get_tuple_and_its_history_come_from_one_server(
     router = patient
     graph = build_graph(WORKLOAD, router)
     ref = build_graph(WORKLOAD, primary)
-    conf = {"configurable": {"thread_id": "t4"}}
+    conf: RunnableConfig = {"configurable": {"thread_id": "t4"}}
     for turn in range(4):
         graph.invoke(user_input(WORKLOAD, turn), conf)
     standby.catch_up()
@@ -363,6 +366,7 @@ def test_a_user_pool_in_repeatable_read_never_reads_the_guards_snapshot(
                 got = r.get_tuple(cfg("rr"))
                 want = primary.get_tuple(cfg("rr"))
                 assert got is not None and want is not None
+                assert got.pending_writes is not None and want.pending_writes is not None
                 assert len(got.pending_writes) == len(want.pending_writes) == trial + 1
                 standby.catch_up()
             assert r.routing_stats().replica_reads >= 1
@@ -426,7 +430,7 @@ def test_standby_stopped_mid_run(
     graph = build_graph(WORKLOAD, router)
     ui = build_graph(WORKLOAD, reader)  # the UI: another process, no token
     ref = build_graph(WORKLOAD, primary)
-    conf = {"configurable": {"thread_id": "t6"}}
+    conf: RunnableConfig = {"configurable": {"thread_id": "t6"}}
     for turn in range(3):
         graph.invoke(user_input(WORKLOAD, turn), conf)
     standby.catch_up()
@@ -610,7 +614,7 @@ def test_every_routed_answer_equals_the_primarys(
             router.delete_thread(t) if rng.random() < 0.2 else None
         token = router.token() if rng.random() < 0.5 else None
         for th in threads:
-            conf = {"configurable": {"thread_id": th, "checkpoint_ns": ""}}
+            conf: RunnableConfig = {"configurable": {"thread_id": th, "checkpoint_ns": ""}}
             want_hist = [canon((s.values, s.next, s.config, s.parent_config))
                          for s in ref.get_state_history(conf)]
             all_tuples = list(primary.list(conf))
@@ -651,7 +655,7 @@ def test_async_routing_saver(dsn: str, replica_dsn: str, standby: Standby) -> No
         ) as r2, AsyncDeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as p:
             graph = build_graph(WORKLOAD, r)
             ref = build_graph(WORKLOAD, p)
-            conf = {"configurable": {"thread_id": "a1"}}
+            conf: RunnableConfig = {"configurable": {"thread_id": "a1"}}
             for turn in range(3):
                 await graph.ainvoke(user_input(WORKLOAD, turn), conf)
             await asyncio.to_thread(standby.catch_up)

@@ -21,6 +21,7 @@ from typing import Annotated, Any, TypedDict
 
 import psycopg
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.channels import DeltaChannel
 from langgraph.graph import START, StateGraph
 from psycopg.conninfo import make_conninfo
@@ -181,12 +182,12 @@ def test_the_commands_make_a_standby_the_routing_saver_reads(primary: Cluster) -
         g = StateGraph(State)
         g.add_node("echo", lambda s: {"log": [f"echo {s['log'][-1]}"]})
         g.add_edge(START, "echo")
-        cfg = {"configurable": {"thread_id": "t"}}
+        cfg: RunnableConfig = {"configurable": {"thread_id": "t"}}
         with RoutingSaver.from_conn_string(primary.dsn_for(db), replicas=[shell.dsn]) as saver:
             graph = g.compile(checkpointer=saver)
-            graph.invoke({"log": ["hello"]}, cfg)  # type: ignore[arg-type]
+            graph.invoke({"log": ["hello"]}, cfg)
             wait_replayed(primary, shell.dsn)
-            assert graph.get_state(cfg).values["log"] == ["hello", "echo hello"]  # type: ignore[arg-type]
+            assert graph.get_state(cfg).values["log"] == ["hello", "echo hello"]
             assert saver.routing_stats().replica_reads >= 1, saver.routing_stats()
         assert "standby1" in slots(primary)
         done = shell.run(removal)

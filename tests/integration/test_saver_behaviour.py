@@ -243,7 +243,7 @@ async def test_put_writes_generated_same_as_official(
                 ref = off.get_tuple(theirs)
                 assert mine is not None and ref is not None
                 assert mine.pending_writes == ref.pending_writes
-                assert off.get_tuple(ours[0]).pending_writes == ref.pending_writes  # type: ignore[union-attr]
+                assert off.get_tuple(ours[0]).pending_writes == ref.pending_writes
                 assert (await u.get_tuple(theirs)).pending_writes == ref.pending_writes  # type: ignore[union-attr]
                 assert any(w[1] in WRITES_IDX_MAP for w in ref.pending_writes or [])
 
@@ -279,7 +279,7 @@ async def test_pending_writes_and_history_in_task_path_order(
                 t = await u.get_tuple(c)
                 assert t is not None
                 assert t.pending_writes == [(w[1], w[3], w[4]) for w in expected]
-                assert off.get_tuple(c).pending_writes == t.pending_writes  # type: ignore[union-attr]
+                assert off.get_tuple(c).pending_writes == t.pending_writes
                 # the writes become history once a child checkpoint exists
                 child = await u.put(c, make_checkpoint({"num": 2}), {"step": 1}, {})
                 hist = await u.history(child, ["x", "y"])

@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from langchain_core.runnables import RunnableConfig
 from psycopg_pool import ConnectionPool
 
 from langgraph_delta_postgres import DeltaPostgresSaver
@@ -87,7 +88,7 @@ def pooled(dsn: str) -> Iterator[DeltaPostgresSaver]:
 
 
 def _fill(saver: DeltaPostgresSaver, thread: str, n: int) -> dict[str, Any]:
-    conf: dict[str, Any] = cfg(thread)
+    conf: RunnableConfig = cfg(thread)
     versions: dict[str, Any] = {}
     for i in range(n):
         versions["obj"] = saver.get_next_version(versions.get("obj"), None)

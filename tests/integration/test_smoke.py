@@ -1,12 +1,13 @@
 from __future__ import annotations
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 
 from tests.plugins.savers import SaverFactory
 
 
 async def test_put_get_roundtrip(dsn: str, saver_factory: SaverFactory) -> None:
-    cfg = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    cfg: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
     cp = empty_checkpoint()
     cp["channel_values"] = {"a": 1, "b": {"x": [1, 2]}, "c": None}
     cp["channel_versions"] = {"a": "1", "b": "1", "c": "1"}

@@ -45,6 +45,7 @@ def test_blobs_round_trip(dsn: str) -> None:
         got = _round_trip(DeltaPostgresSaver(conn))
     assert got is not None
     assert got.checkpoint["channel_values"] == expected.checkpoint["channel_values"] == VALUES
+    assert got.pending_writes is not None and expected.pending_writes is not None
     assert sorted(got.pending_writes) == sorted(expected.pending_writes)
     assert len(got.pending_writes) == len(WRITES) + 2
 
@@ -84,6 +85,7 @@ def test_odd_channel_names_round_trip(dsn: str) -> None:
         ).fetchone()
     assert got is not None
     assert got.checkpoint["channel_values"] == expected.checkpoint["channel_values"]
+    assert got.pending_writes is not None and expected.pending_writes is not None
     assert sorted(got.pending_writes) == sorted(expected.pending_writes)
     assert [w[1] for w in got.pending_writes] == ODD_NAMES
     assert row is not None

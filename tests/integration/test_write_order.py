@@ -83,12 +83,12 @@ class _SyncProbe(DeltaPostgresSaver):
     overlap: _Overlap
     dsn_for_test: str
 
-    def _run(self, op: Any, *, atomic: bool = False) -> Any:
+    def _run(self, op: Any, *, atomic: bool = False, **kw: Any) -> Any:
         if (seen := _watched(op)) is None:
-            return super()._run(op, atomic=atomic)
+            return super()._run(op, atomic=atomic, **kw)
         self.overlap.enter(*seen)
         try:
-            out = super()._run(op, atomic=atomic)
+            out = super()._run(op, atomic=atomic, **kw)
             time.sleep(HOLD_S)
             return out
         finally:
@@ -99,12 +99,12 @@ class _AsyncProbe(AsyncDeltaPostgresSaver):
     overlap: _Overlap
     dsn_for_test: str
 
-    async def _run(self, op: Any, *, atomic: bool = False) -> Any:
+    async def _run(self, op: Any, *, atomic: bool = False, **kw: Any) -> Any:
         if (seen := _watched(op)) is None:
-            return await super()._run(op, atomic=atomic)
+            return await super()._run(op, atomic=atomic, **kw)
         self.overlap.enter(*seen)
         try:
-            out = await super()._run(op, atomic=atomic)
+            out = await super()._run(op, atomic=atomic, **kw)
             await asyncio.sleep(HOLD_S)
             return out
         finally:
@@ -239,7 +239,9 @@ async def test_queued_put_writes_run_as_one_statement(dsn: str) -> None:
         for c in calls:
             c.join(30)
         assert len(_batched_statements(rec)) == 1
-        assert len(saver.get_tuple(head2).pending_writes) == 6  # type: ignore[union-attr]
+        tup2 = saver.get_tuple(head2)
+        assert tup2 is not None and tup2.pending_writes is not None
+        assert len(tup2.pending_writes) == 6
 
 
 async def test_async_queued_put_writes_run_as_one_statement(dsn: str) -> None:
@@ -253,6 +255,7 @@ async def test_async_queued_put_writes_run_as_one_statement(dsn: str) -> None:
                 await asyncio.sleep(0.01)
         await asyncio.gather(*tasks)
         tup = await saver.aget_tuple(head)
-        assert tup is not None and sorted(t for t, _, _ in tup.pending_writes) == [
+        assert tup is not None and tup.pending_writes is not None
+        assert sorted(t for t, _, _ in tup.pending_writes) == [
             f"t{k}" for k in range(6)
         ]

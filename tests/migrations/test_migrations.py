@@ -115,7 +115,7 @@ def test_replay_equals_official_setup_plus_ours(pg_server: Any) -> None:
         with psycopg.connect(ours, autocommit=True) as conn:
             assert [m.name for m in migrate(conn)] == FILES
         with psycopg.connect(both, autocommit=True, row_factory=dict_row) as conn:
-            PostgresSaver(conn).setup()  # type: ignore[arg-type]
+            PostgresSaver(conn).setup()
         with psycopg.connect(both, autocommit=True) as conn:
             assert [m.name for m in migrate(conn)] == FILES
         a, b = describe(ours), describe(both)
@@ -133,7 +133,7 @@ def test_replay_equals_official_setup_plus_ours(pg_server: Any) -> None:
         ]
         # the official setup() after ours is a no-op
         with psycopg.connect(ours, autocommit=True, row_factory=dict_row) as conn:
-            PostgresSaver(conn).setup()  # type: ignore[arg-type]
+            PostgresSaver(conn).setup()
         assert describe(ours) == a
     finally:
         pg_server.drop_db(ours_db)

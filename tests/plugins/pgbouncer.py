@@ -108,8 +108,7 @@ def start_bouncer(
     version = subprocess.run(
         [binary, "--version"], capture_output=True, text=True, check=False
     ).stdout.split("\n", 1)[0]
-    server = conninfo_to_dict(pg.admin_dsn)
-    server = {k: str(v) for k, v in server.items() if v is not None}
+    server = {k: str(v) for k, v in conninfo_to_dict(pg.admin_dsn).items() if v is not None}
     server.setdefault("user", "postgres")
     uid = _run_as(server.get("host", ""))
     workdir = tempfile.mkdtemp(prefix="lgdp-test-pgbouncer-")

@@ -61,7 +61,7 @@ class PgServer:
         params["dbname"] = dbname
         return make_conninfo(**params)  # type: ignore[arg-type]
 
-    def admin(self) -> psycopg.Connection:  # type: ignore[type-arg]
+    def admin(self) -> psycopg.Connection:
         return psycopg.connect(self.admin_dsn, autocommit=True)
 
     def create_db(self, template: str | None = None, **opts: str) -> str:
@@ -82,7 +82,7 @@ class PgServer:
 
 def _docker_available() -> bool:
     try:
-        import docker  # type: ignore[import-untyped]
+        import docker
 
         client = docker.from_env(timeout=3)
         client.ping()
@@ -99,7 +99,7 @@ def _start_server() -> Iterator[PgServer | str]:
         yield _describe(dsn, f"${ENV_DSN}")
         return
     if _docker_available():
-        from testcontainers.postgres import PostgresContainer  # type: ignore[import-untyped]
+        from testcontainers.postgres import PostgresContainer
 
         with PostgresContainer("postgres:16-alpine", driver=None) as pg:
             yield _describe(pg.get_connection_url(), "docker (testcontainers)")
@@ -209,7 +209,7 @@ def pytest_report_header(config: pytest.Config) -> str:
     srv = shared.server if shared is not None else None
     if isinstance(srv, PgServer):
         where = conninfo_to_dict(srv.admin_dsn)
-        at = where.get("host") or "localhost"
+        at = str(where.get("host") or "localhost")
         if where.get("port"):
             at += f":{where['port']}"
         return f"postgres: {srv.source}, PostgreSQL {srv.version}, at {at}"

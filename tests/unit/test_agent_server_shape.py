@@ -20,11 +20,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from langgraph_delta_postgres import agent_server as ag
 
-CFG: dict[str, Any] = {"configurable": {"thread_id": "t"}}
+CFG: RunnableConfig = {"configurable": {"thread_id": "t"}}
 
 
 class Saver(BaseCheckpointSaver[str]):
@@ -269,14 +270,14 @@ def test_the_shipped_shape_is_patched_on_any_version(
     assert caught == [] and _warnings_logged(caplog) == []
 
     # The patched adapter forwards to the saver it wraps, async and sync.
-    adapter = cls(Saver())
-    got = asyncio.run(adapter.aget_delta_channel_history(config=CFG, channels=["m"]))
+    adapter = cls(Saver())  # type: ignore[call-arg, arg-type]  # shipped(): takes a saver
+    got: object = asyncio.run(adapter.aget_delta_channel_history(config=CFG, channels=["m"]))
     assert got == {"from": "inner async", "channels": ["m"]}
     got = adapter.get_delta_channel_history(config=CFG, channels=["m"])
     assert got == {"from": "inner sync", "channels": ["m"]}
     # A wrapped saver without its own: BaseCheckpointSaver's walk, on the adapter (async:
     # the server's adapter has no sync get_tuple for the sync walk, patched or not).
-    plain = cls(PlainSaver())
+    plain = cls(PlainSaver())  # type: ignore[call-arg, arg-type]  # shipped(): takes a saver
     assert ag._inner_saver(plain, "aget_delta_channel_history") is None
     walked = asyncio.run(PlainSaver().aget_delta_channel_history(config=CFG, channels=["m"]))
     assert asyncio.run(plain.aget_delta_channel_history(config=CFG, channels=["m"])) == walked

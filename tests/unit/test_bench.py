@@ -271,7 +271,7 @@ def test_each_timed_call_starts_after_a_full_collection() -> None:
 
     events: list[str] = []
 
-    def on_gc(phase: str, info: dict) -> None:
+    def on_gc(phase: str, info: dict[str, int]) -> None:
         if phase == "start" and info["generation"] == 2:
             events.append("collect")
 

@@ -58,7 +58,7 @@ def _imports(path: Path) -> set[str]:
             for h in node.handlers
         ):
             guarded.update(id(n) for stmt in node.body for n in ast.walk(stmt))
-    found = set()
+    found: set[str] = set()
     for node in ast.walk(tree):
         if id(node) in guarded:
             continue

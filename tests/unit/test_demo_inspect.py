@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from langchain_core.runnables import RunnableConfig
 
 from langgraph_delta_postgres import DeltaPostgresSaver
 from langgraph_delta_postgres._local.workloads import build_graph, user_input
@@ -172,7 +173,7 @@ def _make_thread(dsn: str, thread_id: str) -> dict[str, Any]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         saver = DeltaPostgresSaver(conn)
         graph = build_graph("coding_a", saver, delta=True, snapshot_frequency=3)
-        cfg = {"configurable": {"thread_id": thread_id}}
+        cfg: RunnableConfig = {"configurable": {"thread_id": thread_id}}
         for t in range(2):
             graph.invoke(user_input("coding_a", t), cfg)
         older = list(saver.list(cfg))[3].config

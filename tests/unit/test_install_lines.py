@@ -64,7 +64,7 @@ def cli_commands() -> list[tuple[str, str]]:
 
 def local_extras(command: str) -> list[str]:
     """The extras a from-clone command installs of this package ('.[x]', '/path[x]')."""
-    out = []
+    out: list[str] = []
     for arg in shlex.split(command)[2:]:
         m = re.fullmatch(r"(\.|/.*)\[([\w,]+)\]", arg)
         if m:

@@ -40,7 +40,7 @@ def rows() -> list[dict[str, Any]]:
 def unpicklable(typed: tuple[str, bytes]) -> Any:
     _, blob = typed
     if blob == b"bad":
-        return (x for x in ())  # decodes, does not pickle
+        return (x for x in range(0))  # decodes, does not pickle
     return int(blob)
 
 

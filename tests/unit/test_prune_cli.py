@@ -6,6 +6,7 @@ import re
 
 import psycopg
 import pytest
+from langchain_core.runnables import RunnableConfig
 
 from langgraph_delta_postgres import DeltaPostgresSaver
 from langgraph_delta_postgres.cli.prune import parse_age
@@ -13,7 +14,7 @@ from tests.graph.test_delta_graphs import fanout_builder
 from tests.unit.test_cli import run
 
 
-def T(thread: str) -> dict[str, dict[str, str]]:
+def T(thread: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread}}
 
 

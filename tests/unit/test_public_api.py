@@ -191,6 +191,7 @@ def test_the_console_script_and_python_m() -> None:
     )
     assert out.stdout.strip() == f"langgraph-delta-pg {pkg.__version__}"
     commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert commands is not None
     documented_cmds = re.findall(r"^\| `(\w+)", API[API.index("## Command line"):], re.M)
     assert set(documented_cmds) == set(commands) == {
         "migrate", "status", "postgres", "demo", "inspect", "bench", "prune"

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,7 +55,7 @@ def _section(text: str, heading: str) -> str:
     return next(s for s in _sections(text) if s.startswith(heading))
 
 
-def _retention_source() -> tuple[str, dict]:
+def _retention_source() -> tuple[str, dict[str, Any]]:
     """The retention figures docs/retention.md names: the ``--json PATH`` of the command
     in its "Measured" section, and the ``retention`` part of that JSON."""
     measured = _section(_text("docs/retention.md"), "## Measured")
