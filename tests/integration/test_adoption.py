@@ -45,11 +45,11 @@ MyState = TypedDict(  # noqa: UP013 -- the annotation holds a live DeltaChannel
 def build_mine(checkpointer: Any) -> Any:
     """Parallel branches writing one DeltaChannel, a plain int and a subgraph."""
 
-    def inner(s: dict[str, Any]) -> dict[str, Any]:
-        return {"log": [f"inner{s['count']}"], "count": s["count"] + 1}
+    def inner(state: Any) -> dict[str, Any]:  # "state": the name langgraph's stub types
+        return {"log": [f"inner{state['count']}"], "count": state["count"] + 1}
 
     sub = StateGraph(MyState)
-    sub.add_node("inner", inner)  # type: ignore[call-overload]  # langgraph stub: arg named "state"
+    sub.add_node("inner", inner)
     sub.add_edge(START, "inner")
     sub.add_edge("inner", END)
 
