@@ -51,7 +51,8 @@ def doc_commands() -> list[tuple[str, str, bool]]:
             before = " ".join(text[max(0, m.start() - 40) : m.start()].split())
             line = text.count("\n", 0, m.start()) + 1
             found.append(
-                (f"{path.relative_to(ROOT).as_posix()}:{line}", f"pip install {m.group('args').strip(' `')}".strip(),
+                (f"{path.relative_to(ROOT).as_posix()}:{line}",
+                 f"pip install {m.group('args').strip(' `')}".strip(),
                  before.endswith(PUBLISHED) or before.endswith(PUBLISHED + " `"))
             )
     return found

@@ -79,6 +79,9 @@ def test_every_relative_link_resolves() -> None:
     assert not broken, "broken links:\n" + "\n".join(broken)
 
 
+_TEXT = {".md", ".py", ".sql", ".sh", ".toml", ".txt", ""}
+
+
 def test_no_file_names_a_page_where_it_is_not() -> None:
     """Every ``docs/....md`` a file of the repository names (code, SQL headers, tests,
     scripts, ``.ci``, pyproject, docs themselves) is a page that exists, so a moved page
@@ -91,7 +94,7 @@ def test_no_file_names_a_page_where_it_is_not() -> None:
         base = ROOT / root
         files = [base] if base.is_file() else [p for p in base.rglob("*") if p.is_file()]
         for f in files:
-            if f.suffix not in {".md", ".py", ".sql", ".sh", ".toml", ""} or "__pycache__" in f.parts:
+            if f.suffix not in _TEXT or "__pycache__" in f.parts:
                 continue
             try:
                 text = f.read_text(encoding="utf-8")
