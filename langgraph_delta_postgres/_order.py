@@ -26,7 +26,7 @@ per namespace (a put alone after every earlier call of the thread), and before m
 0007 every finished call woke every waiter of the saver and put_writes ran one after
 another (394 wake-ups for 33 calls in one turn of a 16-task ``Send`` fan-out), because
 each held the namespace's row exclusively in the database; since 0007 writes share it.
-Measured with ``langgraph-delta-pg bench --only writes`` (docs/benchmarks.md).
+Measured with ``langgraph-delta-pg bench --only writes`` (docs/design/writes.md, "Measured").
 
 A turn waits at most :data:`PUT_ORDER_WAIT_S`, then runs anyway (the database still
 orders it correctly; only the needless bump or wait above can follow). A wait longer

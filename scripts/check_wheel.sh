@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The release as a user gets it (docs/release.md): build the sdist and the wheel (the wheel
+# The release as a user gets it (docs/design/release.md): build the sdist and the wheel (the wheel
 # from the sdist, as `python -m build` does), check that the wheel carries the SQL files
 # and the migrations, install the wheel with the `embedded` extra into a fresh venv, and
 # run it from a directory outside any source tree: `--version`, `postgres` (the embedded

@@ -144,7 +144,7 @@ ORDER BY c.checkpoint_id DESC
 -- Index Only Scan of checkpoints_pkey (all the key columns) would win, which is 2x faster
 -- again on an all-visible table but 1.1-1.2x slower than the official saver at 10,000
 -- threads without a VACUUM (a heap fetch per row). Numbers and command:
--- docs/list-and-writes.md. The join on the key as well as ctid keeps it right on
+-- docs/design/list-and-writes.md. The join on the key as well as ctid keeps it right on
 -- partitioned tables (a ctid is unique only within one partition).
 JOIN (
     SELECT c.ctid AS row_id, c.thread_id, c.checkpoint_ns, c.checkpoint_id

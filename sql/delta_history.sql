@@ -67,7 +67,7 @@
 --   tuple. Sorted by (kind, depth, id, ...) instead, with the range walk, the sort of a
 --   4,000-row answer took 19 of the statement's 26.9 ms; by pos the whole statement
 --   takes 14.5 ms (python scripts/explain_history.py --depth 2000 --channels 2, embedded
---   Postgres 18; docs/history-query.md). pos, task_path and idx order the rows but are
+--   Postgres 18; docs/design/history-query.md). pos, task_path and idx order the rows but are
 --   not sent: every column costs the client a conversion per row.
 
 -- The walk (recursive CTE, UNION ALL)
@@ -151,7 +151,7 @@
 --   guard, and any call where the client holds part of the chain (held_ids: those walks
 --   stop within a few steps). The rows of a verified stretch are ordered by their id
 --   (their `pos`), which in a verified stretch is the chain's order.
---   Measured on a 2,000-deep 2-channel thread (docs/history-query.md, python
+--   Measured on a 2,000-deep 2-channel thread (docs/design/history-query.md, python
 --   scripts/explain_history.py --depth 2000 --channels 2 [--fork], embedded Postgres 18,
 --   EXPLAIN ANALYZE): 14.5 ms read as a range; 22.8 ms with a fork inside the range,
 --   step by step, of which 3.3 ms went on the stretch that failed its check (the cost of
@@ -171,7 +171,7 @@
 --   * the same range scan probing a jsonb map of the walk: 0.82x / 0.93x, slower.
 
 -- EXPLAIN (ANALYZE, BUFFERS) on a 2,000-deep thread, with the command that produced it:
---   docs/history-query.md (python scripts/explain_history.py --depth 2000 --channels 2).
+--   docs/design/history-query.md (python scripts/explain_history.py --depth 2000 --channels 2).
 --
 -- Indexes
 --   target       checkpoints_pkey (thread_id, checkpoint_ns, checkpoint_id): equality,

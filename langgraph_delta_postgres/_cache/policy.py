@@ -11,9 +11,10 @@ next plans ask the statement what a saver without a cache asks (no 'c' rows, not
 held) and the saver answers the rows as one without a cache does, so such a thread costs
 what it costs with ``cache_bytes=0``. Keeping it anyway cost 2.3x that (every call
 pickled the whole chain, then dropped it, along with every other bucket, to get back
-under the budget; ``scripts/small_cache_budget.py``, figures in docs/cache.md). The mark
-goes when an answer's rows would fit again (a snapshot shortened the chain), when this
-saver forgets the thread, or when it is the oldest of ``MAX_KNOWN`` remembered sizes.
+under the budget; ``scripts/small_cache_budget.py``, figures in
+docs/design/history-cache.md). The mark goes when an answer's rows would fit again (a
+snapshot shortened the chain), when this saver forgets the thread, or when it is the
+oldest of ``MAX_KNOWN`` remembered sizes.
 
 **Admission.** Least-recently-used eviction alone thrashes when a worker loads, in turn,
 more threads than the budget holds: each load evicts the bucket the next load needs and
@@ -29,7 +30,7 @@ otherwise it is answered as without a cache (no 'c' rows, nothing pickled) and t
 rows' estimated size is remembered for its next call. Counts are halved every
 ``AGE_EVERY`` calls per bucket held (at least ``AGE_MIN``), so a thread that was hot
 once does not hold its place forever. The exact pickled size is checked against the
-same rule before a new bucket is kept. Figures: docs/cache.md, "Small budgets".
+same rule before a new bucket is kept. Figures: docs/design/history-cache.md, "Small budgets".
 
 **A thread's first load.** get_tuple of a thread's latest checkpoint (what a resume or
 ``get_state`` asks, with the history read in the same statement) does not give a thread

@@ -28,9 +28,10 @@ the threads they touch (:meth:`HistoryCache.forget`).
 caller that mutates what it got back (appends to the list, edits a message object,
 updates a dict) never changes a later answer. Measured against the alternatives (a fresh
 serde decode, ``copy.deepcopy``, a shallow copy as ``DeltaChannel.copy()`` makes, which
-shares the message objects and so does not isolate), see ``docs/cache.md``. A value of a
-type whose pickle copy is not proven to be what serde gives is kept as its stored
-(type, blob) inside the pickle and decoded by serde for every answer (:mod:`.copies`).
+shares the message objects and so does not isolate), see
+``docs/design/history-cache.md``. A value of a type whose pickle copy is not proven to
+be what serde gives is kept as its stored (type, blob) inside the pickle and decoded by
+serde for every answer (:mod:`.copies`).
 
 Which threads get a bucket and which buckets go: :mod:`.policy`.
 """

@@ -4,7 +4,7 @@ The package is not on the package index yet, so ``pip install
 'langgraph-delta-postgres[x]'`` fails. A message names a command that works as written:
 run from a clone (an editable install, or the source tree on ``sys.path``), the clone's
 absolute path, which works from any directory; installed from a wheel, ``'.[x]'`` in a clone.
-The published form follows, marked as such (docs/release.md: what changes on release).
+The published form follows, marked as such (docs/design/release.md: what changes on release).
 """
 
 from __future__ import annotations

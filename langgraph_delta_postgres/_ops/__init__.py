@@ -19,5 +19,5 @@ an argument check, ``_...``): that name is what the DEBUG log of each statement 
 * :mod:`.retention` (``sql/retention.sql``): prune, the keep-set, delete_for_runs;
 * :mod:`.maintenance` (``sql/maintenance.sql``): delete_thread, copy_thread.
 
-See docs/architecture.md.
+See docs/design/architecture.md.
 """

@@ -265,7 +265,7 @@ class WriteBatch:
     namespace), so a call finds its writes already written, or writes the queue's. A
     batch that fails is run again call by call, so each call gets its own outcome. No
     I/O here: the drivers hold the connection and execute (saver.py, aio.py). Measured
-    with ``langgraph-delta-pg bench --only writes`` (docs/benchmarks.md)."""
+    with ``langgraph-delta-pg bench --only writes`` (docs/design/writes.md, "Measured")."""
 
     def __init__(self, queries: Any) -> None:
         self._queries = queries

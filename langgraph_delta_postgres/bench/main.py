@@ -116,7 +116,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--json", metavar="PATH", help="write machine-readable results here")
     p.add_argument("--out", metavar="DIR",
-                   help="write DIR/benchmarks.md and DIR/img/*.png (plots)")
+                   help="write DIR/benchmarks.md (summary), DIR/design/benchmarks-detail.md "
+                   "(per-section detail) and DIR/img/*.png (plots)")
     p.add_argument("--scale", choices=("full", "quick", "tiny"), help=argparse.SUPPRESS)
     p.add_argument(
         "--only", choices=("retention", "load", "agent", "replicas", "writes"),

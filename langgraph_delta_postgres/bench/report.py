@@ -344,10 +344,24 @@ def _method_savers(res: dict[str, Any]) -> str:
     )
 
 
+#: Where ``write_report`` puts the per-section detail, relative to the summary page.
+DETAIL = "design/benchmarks-detail.md"
+
+
+def _run_line(res: dict[str, Any]) -> str:
+    return (
+        f"Scale `{res['scale']}`, started {res['started_at']}, took {res['seconds']:.0f} s, "
+        f"on {res['database']['source']} ({res['database']['scratch']}, dropped afterwards). "
+        "Raw numbers: the JSON written by `--json`."
+    )
+
+
 def markdown(res: dict[str, Any], img_rel: str, images: list[Path]) -> str:
+    """The summary page (``DIR/benchmarks.md``): the loads, the agent session, the
+    headline and its targets, the load section, the machine and the method. The rest of
+    the same run is :func:`detail_markdown`'s page."""
     L: list[str] = []
     mach = res["machine"]
-    rtts = list(res["select1_rtt"])
     L += [
         "# Benchmarks",
         "",
@@ -357,12 +371,20 @@ def markdown(res: dict[str, Any], img_rel: str, images: list[Path]) -> str:
         res["command"],
         "```",
         "",
-        f"Scale `{res['scale']}`, started {res['started_at']}, took {res['seconds']:.0f} s, "
-        f"on {res['database']['source']} ({res['database']['scratch']}, dropped afterwards). "
-        "Raw numbers: the JSON written by `--json`.",
+        _run_line(res),
+        "",
+        "The same run's per-section detail (every history micro-benchmark, the workloads' "
+        "storage and resume tables and plots, writes and `list`, the plans) is on "
+        f"[{DETAIL}]({DETAIL}).",
         "",
         *loads_section(res),
         *agent_section(res),
+        *_headline(res),
+    ]
+    from .load import markdown as load_markdown
+
+    L += load_markdown(res, img_rel)
+    L += [
         "## Machine",
         "",
         f"- CPU: {mach['cpu_model']}, {mach['cpu_cores']} cores; memory {mach['memory_mb']} MB; "
@@ -417,6 +439,11 @@ def markdown(res: dict[str, Any], img_rel: str, images: list[Path]) -> str:
         "out of collection (`gc.freeze`) for that comparison, the same for every saver.",
         "",
     ]
+    return "\n".join(L) + "\n"
+
+
+def _headline(res: dict[str, Any]) -> list[str]:
+    L: list[str] = []
     h = res.get("headline", {})
     L += ["## Headline", ""]
     for m in res.get("micro", {}).get("headline", {}).values():
@@ -438,7 +465,29 @@ def markdown(res: dict[str, Any], img_rel: str, images: list[Path]) -> str:
                 f"frequency) {_mb(v['delta_bytes'])} MB: **{v['full_over_delta']:.1f}x** smaller."
             )
     L.append("")
+    return L
 
+
+def detail_markdown(res: dict[str, Any], img_rel: str, images: list[Path]) -> str:
+    """The detail page (``DIR/design/benchmarks-detail.md``) of the run
+    :func:`markdown` summarizes: the history micro-benchmarks, the workloads, writes and
+    ``list``, and the plans. ``img_rel`` is the plots' directory relative to this page."""
+    rtts = list(res["select1_rtt"])
+    back = "../" * DETAIL.count("/") + "benchmarks.md"
+    L: list[str] = [
+        "# Benchmarks: per-section detail",
+        "",
+        "Every figure on this page was produced by one run of:",
+        "",
+        "```sh",
+        res["command"],
+        "```",
+        "",
+        _run_line(res),
+        "",
+        f"The summary of the same run, its machine and its method: [{back}]({back}).",
+        "",
+    ]
     L += ["## History call (micro-benchmarks)", ""]
     micro = res.get("micro", {})
     rows: list[tuple[str, dict[str, Any]]] = []
@@ -508,9 +557,6 @@ def markdown(res: dict[str, Any], img_rel: str, images: list[Path]) -> str:
     from .listput import markdown as listput_markdown
 
     L += listput_markdown(res)
-    from .load import markdown as load_markdown
-
-    L += load_markdown(res, img_rel)
     if res.get("explain"):
         L += ["## EXPLAIN (ANALYZE, BUFFERS) of our statement on the headline targets", ""]
         if "opened" in res.get("micro", {}):
@@ -548,13 +594,18 @@ def write_agent_report(res: dict[str, Any], out: Path) -> Path:
 
 
 def write_report(res: dict[str, Any], out: Path) -> list[Path]:
+    """``bench --out DIR``: DIR/benchmarks.md (the summary), DIR/design/benchmarks-detail.md
+    (the rest of the run) and DIR/img/*.png (the plots)."""
     out.mkdir(parents=True, exist_ok=True)
     from .load import plot as load_plot
 
     images = plots(res, out / "img") + load_plot(res, out / "img")
     md = out / "benchmarks.md"
     md.write_text(markdown(res, "img", images))
-    return [md, *images]
+    detail = out / DETAIL
+    detail.parent.mkdir(parents=True, exist_ok=True)
+    detail.write_text(detail_markdown(res, "../" * DETAIL.count("/") + "img", images))
+    return [md, detail, *images]
 
 
 def write_load_report(res: dict[str, Any], out: Path) -> list[Path]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import socket
 import threading
 import time
@@ -85,6 +86,15 @@ def test_quick_path_json_and_report(pg_server: PgServer, tmp_path: Path) -> None
     md = (tmp_path / "report" / "benchmarks.md").read_text()
     assert "Loads: resume loop and history page" in md
     assert res["command"] in md
+    # the per-section detail of the same run: its own page under design/, its command at
+    # the top, the summary linking it and its plots found from there
+    detail = (tmp_path / "report" / "design" / "benchmarks-detail.md").read_text()
+    assert "## History call (micro-benchmarks)" in detail
+    assert "## History call" not in md
+    assert res["command"] in detail.split("\n## ", 1)[0]
+    assert "](design/benchmarks-detail.md)" in md
+    for rel in re.findall(r"!\[[^]]*\]\(([^)]+)\)", detail):
+        assert (tmp_path / "report" / "design" / rel).is_file(), rel
     assert list((tmp_path / "report" / "img").glob("*.png"))
     # the run's scratch databases are gone (named: other sessions may bench at once)
     ours = [res["database"]["scratch"], res["loads"]["scratch"]]

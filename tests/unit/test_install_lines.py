@@ -35,11 +35,14 @@ HINT_CALL = re.compile(r"install_hint\(\s*['\"](\w+)['\"]\s*\)")
 
 
 def doc_commands() -> list[tuple[str, str, bool]]:
-    """(where, command, published) for every ``pip install`` in README.md and docs/."""
+    """(where, command, published) for every ``pip install`` in README.md and docs/
+    (docs/design/ included)."""
     found = []
-    # docs/release.md is left out: its commands are the publishing steps themselves
+    # docs/design/release.md is left out: its commands are the publishing steps themselves
     # (install from TestPyPI, twine), run at release time, not by a user of a clone
-    docs = [p for p in sorted((ROOT / "docs").glob("*.md")) if p.name != "release.md"]
+    release = ROOT / "docs" / "design" / "release.md"
+    assert release.is_file()
+    docs = [p for p in sorted((ROOT / "docs").rglob("*.md")) if p != release]
     for path in [ROOT / "README.md", *docs]:
         text = path.read_text(encoding="utf-8")
         for m in COMMAND.finditer(text):
@@ -48,7 +51,8 @@ def doc_commands() -> list[tuple[str, str, bool]]:
             before = " ".join(text[max(0, m.start() - 40) : m.start()].split())
             line = text.count("\n", 0, m.start()) + 1
             found.append(
-                (f"{path.name}:{line}", f"pip install {m.group('args').strip(' `')}".strip(),
+                (f"{path.relative_to(ROOT).as_posix()}:{line}",
+                 f"pip install {m.group('args').strip(' `')}".strip(),
                  before.endswith(PUBLISHED) or before.endswith(PUBLISHED + " `"))
             )
     return found

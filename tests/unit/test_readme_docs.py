@@ -12,14 +12,99 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_documentation_list_names_every_doc() -> None:
+def _pages() -> list[str]:
+    """Every page under docs/, recursively (docs/design/ included), as a repo path."""
+    return sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md"))
+
+
+def _documentation_list() -> str:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme[readme.index("## Documentation") :]
-    section = section[: section.index("\n## ", 5)]
-    listed = set(re.findall(r"\]\((docs/[\w-]+\.md)\)", section))
-    docs = {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")}
+    return section[: section.index("\n## ", 5)]
+
+
+def test_documentation_list_names_every_doc() -> None:
+    """Every page under docs/ (docs/design/ too) is one click from the README: its
+    Documentation list links it, and links nothing that is not there (issue 39)."""
+    listed = set(re.findall(r"\]\((docs/[\w/-]+\.md)\)", _documentation_list()))
+    docs = set(_pages())
     assert docs - listed == set(), f"missing from the README's Documentation list: {docs - listed}"
     assert listed - docs == set(), f"listed but missing: {listed - docs}"
+
+
+def test_documentation_list_puts_user_pages_before_design_notes() -> None:
+    """The list gives the pages a user reads (docs/*.md) first, then the design notes
+    (docs/design/): every user page's link comes before the first design page's."""
+    section = _documentation_list()
+    links = re.findall(r"\]\((docs/[\w/-]+\.md)\)", section)
+    design = [i for i, link in enumerate(links) if link.startswith("docs/design/")]
+    user = [i for i, link in enumerate(links) if not link.startswith("docs/design/")]
+    assert design and user, links
+    assert max(user) < min(design), links
+
+
+_LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation but ``-`` and ``_`` dropped,
+    spaces to ``-``."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.S)
+    return {_slug(h) for h in re.findall(r"^#{1,6} (.+)$", text, flags=re.M)}
+
+
+def test_every_relative_link_resolves() -> None:
+    """Every relative link and image of README.md, CHANGELOG.md and the pages under docs/
+    (outside code blocks) names a file that exists, relative to the page that links it,
+    and a ``#fragment`` names a heading of that file: after a page moves, no link is left
+    pointing at its old place (issue 39)."""
+    broken = []
+    for name in ["README.md", "CHANGELOG.md", *_pages()]:
+        page = ROOT / name
+        text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+        for m in _LINK.finditer(text):
+            target = m.group(1) or m.group(2)
+            if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto: ...
+                continue
+            path, _, fragment = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            if not file.is_file():
+                broken.append(f"{name}: {target} (no such file)")
+            elif fragment and file.suffix == ".md" and fragment not in _anchors(file):
+                broken.append(f"{name}: {target} (no such heading)")
+    assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+_TEXT = {".md", ".py", ".sql", ".sh", ".toml", ".txt", ""}
+
+
+def test_no_file_names_a_page_where_it_is_not() -> None:
+    """Every ``docs/....md`` a file of the repository names (code, SQL headers, tests,
+    scripts, ``.ci``, pyproject, docs themselves) is a page that exists, so a moved page
+    leaves no pointer to its old place. Applied migrations are left out: their text is
+    checksummed, and changing a comment there would be drift."""
+    stale = []
+    roots = ["README.md", "CHANGELOG.md", "pyproject.toml", "docs", "langgraph_delta_postgres",
+             "sql", "scripts", "tests", ".ci"]
+    for root in roots:
+        base = ROOT / root
+        files = [base] if base.is_file() else [p for p in base.rglob("*") if p.is_file()]
+        for f in files:
+            if f.suffix not in _TEXT or "__pycache__" in f.parts:
+                continue
+            try:
+                text = f.read_text(encoding="utf-8")
+            except UnicodeDecodeError:
+                continue
+            for ref in set(re.findall(r"(?<![\w/.])docs/[\w/-]+\.md\b", text)):
+                if not (ROOT / ref).is_file():
+                    stale.append(f"{f.relative_to(ROOT)}: {ref}")
+    assert not stale, "files naming pages that are not there:\n" + "\n".join(sorted(stale))
 
 
 def test_ledger_column_is_named_as_in_the_table() -> None:
@@ -133,20 +218,43 @@ def test_readme_says_which_targets_are_not_met() -> None:
             assert "single" in section, "README: say whether the single-call targets are met"
 
 
+#: The pages ``langgraph-delta-pg bench --out docs`` writes: the summary and the detail.
+_GENERATED = ("docs/benchmarks.md", "docs/design/benchmarks-detail.md")
+
+
 def test_benchmark_report_names_its_command() -> None:
-    report = _text("docs/benchmarks.md")
+    """Both pages of the benchmark report (the summary and its per-section detail) name,
+    above their first section, the command of the run whose JSON is kept."""
     data = json.loads((ROOT / "docs/img/benchmarks.json").read_text(encoding="utf-8"))
-    assert data["command"] in report.split("\n## ", 1)[0]
     assert "--json docs/img/benchmarks.json" in data["command"]
+    for name in _GENERATED:
+        assert data["command"] in _text(name).split("\n## ", 1)[0], name
+
+
+def test_benchmark_pages_are_the_report_of_the_kept_run() -> None:
+    """docs/benchmarks.md and docs/design/benchmarks-detail.md are exactly what the
+    report renders from docs/img/benchmarks.json (``bench --out docs`` writes both, plots
+    in docs/img/): no figure on either page is edited by hand or from another run, and
+    the detail's plots are found from docs/design/."""
+    from langgraph_delta_postgres.bench import report
+
+    assert f"docs/{report.DETAIL}" == _GENERATED[1]
+    res = json.loads((ROOT / "docs/img/benchmarks.json").read_text(encoding="utf-8"))
+    img = ROOT / "docs" / "img"
+    names = [f"{wl}_{what}.png" for wl in res.get("workloads", {})
+             for what in ("storage", "resume")] + ["load.png"]
+    images = [img / n for n in names if (img / n).is_file()]
+    assert report.markdown(res, "img", images) == _text(_GENERATED[0])
+    assert report.detail_markdown(res, "../img", images) == _text(_GENERATED[1])
 
 
 def test_every_section_with_a_speed_figure_names_a_command() -> None:
-    """Per ``##`` section of README and docs/ (docs/benchmarks.md is generated and names
-    its command at the top): a ratio, a rate or a time outside code blocks needs the command
-    that measured it (``langgraph-delta-pg bench``, a script, a test) in the same section."""
-    pages = ["README.md"] + [
-        f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md")) if p.name != "benchmarks.md"
-    ]
+    """Per ``##`` section of README and every page under docs/, docs/design/ included (the
+    two benchmark pages are generated and name their command at the top): a ratio, a rate
+    or a time outside code blocks needs the command that measured it (``langgraph-delta-pg
+    bench``, a script, a test) in the same section."""
+    pages = ["README.md"] + [p for p in _pages() if p not in _GENERATED]
+    assert "docs/design/history-cache.md" in pages  # the design notes are checked too
     bare = []
     for name in pages:
         for section in _sections(_text(name)):
