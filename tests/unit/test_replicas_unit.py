@@ -7,10 +7,8 @@ from pathlib import Path
 import pytest
 
 from langgraph_delta_postgres._server import ServerIdentity
-from langgraph_delta_postgres.replicas._rules import (
-    Need,
-    ReplicaBounds,
-    Unsafe,
+from langgraph_delta_postgres.replicas._guard import Need, ReplicaBounds, Unsafe
+from langgraph_delta_postgres.replicas._tokens import (
     int_to_lsn,
     lsn_to_int,
     make_token,
