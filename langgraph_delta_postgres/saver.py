@@ -4,13 +4,11 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     ChannelVersions,
@@ -20,59 +18,31 @@ from langgraph.checkpoint.base import (
     DeltaChannelHistory,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from psycopg import Connection, Cursor, Pipeline
+from psycopg import Connection, Pipeline
 from psycopg.errors import UndefinedColumn, UndefinedTable
-from psycopg.rows import dict_row, tuple_row
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool
 
 from . import migrate as _migrate
 from ._acompat import POOL_OPEN_AT_INIT, Event, Lock
 from ._connect import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_PREPARE_THRESHOLD,
-    SHUT_DOWN,
     check_if_idle,
     explained_connect,
     from_conn_string_kwargs,
     mark_returned,
-    may_retry,
-    retrying,
 )
-from ._ops.base import Op, Stmt, T, debug_statements, log_statement
+from ._driver_sync import SyncConn, SyncDriver
+from ._driver_sync import drive as drive  # where it was (docs name it here)
 from ._ops.checkpoints import _op_get_tuple, _op_list
-from ._ops.context import SaverCore
 from ._ops.history import _op_delta_history, wanted_channels
 from ._ops.maintenance import _op_copy_thread, _op_delete_thread
 from ._ops.retention import PruneStats, _op_delete_for_runs, _op_delta_keepset, prune_ops
 from ._ops.write import WriteBatch, _op_put, _op_put_writes, resume
 from ._order import PUT, WRITES, Turns, hold, put_keys, writes_keys
-from ._server import unchanged_since
-from .errors import StaleServerError
-
-SyncConn = Connection[Any] | ConnectionPool[Any]
 
 
-def drive(cur: Cursor[Any], op: Op[T], at: list[Stmt] | None = None) -> T:
-    """Run an operation's statements on ``cur``, feeding each one's rows back; ``at``
-    gets each statement before it runs (the one to run again if the connection broke)."""
-    debug = debug_statements()
-    try:
-        stmt = next(op)
-        while True:
-            if at is not None:
-                at.append(stmt)
-            started = time.perf_counter() if debug else 0.0
-            cur.row_factory = tuple_row if stmt.by_position else dict_row
-            cur.execute(stmt.query, stmt.params, binary=stmt.binary)
-            rows = cur.fetchall() if stmt.fetch else []
-            if debug:
-                log_statement(op, stmt, started, rows)
-            stmt = op.send(rows)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-
-
-class DeltaPostgresSaver(SaverCore):
+class DeltaPostgresSaver(SyncDriver):
     """Postgres checkpointer whose ``get_delta_channel_history`` is one SQL statement.
 
     Args:
@@ -165,84 +135,6 @@ class DeltaPostgresSaver(SaverCore):
                     yield cls(conn, pipe, serde=serde, schema=schema, cache_bytes=cache_bytes)
             else:
                 yield cls(conn, serde=serde, schema=schema, cache_bytes=cache_bytes)
-
-    # ---------------------------------------------------------------- plumbing
-
-    @contextmanager
-    def _connection(self) -> Iterator[Connection[Any]]:
-        if isinstance(self.conn, ConnectionPool):
-            with self.conn.connection() as conn:
-                self._check_server(conn)
-                yield conn
-        else:
-            with self.lock:  # one connection: it never reaches another server
-                yield self.conn
-
-    def _check_server(self, conn: Connection[Any]) -> None:
-        """A pooled connection's first use runs ``server.identity`` (see :mod:`._server`):
-        a pool may reach another server after a failover, a single connection never does
-        (it ends with its server). A connection to a server this saver no longer uses
-        (before a failover) is closed."""
-        ident = self._server.known(conn)  # one lookup per checkout
-        if ident is None:
-            tx = nullcontext() if conn.autocommit else conn.transaction()
-            with tx, conn.cursor(row_factory=tuple_row) as cur:
-                cur.execute(self.queries["server.identity"])
-                row = cur.fetchone()
-            if self.pipe is not None:
-                self.pipe.sync()  # end the pipeline's implicit transaction: no snapshot held
-            assert row is not None
-            self._server_seen(conn, row)
-            self._new_connection(conn)
-        elif not self._server.current_for(ident):
-            conn.close()
-            raise StaleServerError(
-                "this pooled connection reaches the server used before a failover; "
-                "it was closed (try again: the pool opens a new one)"
-            )
-
-    def _new_connection(self, conn: Connection[Any]) -> None:
-        """Hook: a connection's first use, after its identity was checked."""
-
-    def _run(
-        self, op: Op[T], *, atomic: bool = False, retried: bool = False,
-        changes: int | None = None,
-    ) -> T:
-        """Run ``op`` on one connection; ``atomic``: several statements that must commit
-        together (every other operation is a single statement). A statement whose pooled
-        connection broke runs once more on a checked one (``_connect.may_retry``), unless
-        the server changed meanwhile (a failover: the statement was planned with what the
-        saver held of the old one; ``changes``: the count when the call began)."""
-        at: list[Stmt] = []
-        broken = False
-        began = changes
-        try:
-            with self._connection() as conn:
-                if changes is not None:  # a second try: planned before this checkout
-                    unchanged_since(self._server, changes)
-                else:  # after this checkout's own server check
-                    began = self._server.changes
-                tx_cm = conn.transaction() if atomic or not conn.autocommit else nullcontext()
-                try:
-                    with tx_cm, conn.cursor(binary=True) as cur:  # drive: row factory
-                        return drive(cur, op, at)
-                except psycopg.OperationalError as e:
-                    broken = conn.broken or conn.closed or isinstance(e, SHUT_DOWN)
-                    raise
-                finally:
-                    if self.pipe is not None:
-                        self.pipe.sync()
-        except (UndefinedTable, UndefinedColumn) as e:
-            raise self.setup_required(e) from e
-        except psycopg.OperationalError as e:
-            pooled = isinstance(self.conn, ConnectionPool)
-            if retried or isinstance(e, PoolTimeout) or not may_retry(
-                pooled, atomic, broken, bool(at)
-            ):
-                raise
-        with retrying():
-            again = resume(at[-1], op) if at else op  # the statement that failed, or all
-            return self._run(again, atomic=atomic, retried=True, changes=began)
 
     # ---------------------------------------------------------------- API
 

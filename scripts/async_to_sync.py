@@ -39,6 +39,7 @@ PKG = "langgraph_delta_postgres"
 #: (source, generated), relative to the repository
 SOURCES: list[tuple[str, str]] = [
     (f"{PKG}/aio.py", f"{PKG}/saver.py"),
+    (f"{PKG}/_driver_async.py", f"{PKG}/_driver_sync.py"),
     (f"{PKG}/_migrate_async.py", f"{PKG}/_migrate_sync.py"),
     (f"{PKG}/replicas/_async.py", f"{PKG}/replicas/_sync.py"),
 ]
@@ -61,8 +62,10 @@ NAMES: dict[str, str | None] = {
     "asleep": "sleep",
     "AMETHOD_PREFIX": "METHOD_PREFIX",
     "_migrate_async": "_migrate_sync",
+    "_driver_async": "_driver_sync",
     # the package
     "AsyncConn": "SyncConn",
+    "AsyncDriver": "SyncDriver",
     "aio": "saver",
     "AsyncDeltaPostgresSaver": "DeltaPostgresSaver",
     "AsyncReplicaSaver": "ReplicaSaver",

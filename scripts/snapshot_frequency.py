@@ -43,7 +43,8 @@ from psycopg.rows import dict_row
 from langgraph_delta_postgres import DeltaPostgresSaver
 from langgraph_delta_postgres._local.embedded import embedded_postgres
 from langgraph_delta_postgres._local.workloads import WORKLOADS, build_graph, run_turns
-from langgraph_delta_postgres.cli.inspect import human_bytes, thread_bytes, walk_depths
+from langgraph_delta_postgres.cli.inspect import thread_bytes, walk_depths
+from langgraph_delta_postgres.cli.inspect_text import human_bytes
 
 REPEATS = 7
 FIELDS = ["files", "messages"]

@@ -50,8 +50,9 @@ from __future__ import annotations
 
 from ..errors import ReplicaMismatchError
 from ._async import AsyncRoutingSaver
-from ._rules import READ_AFTER_KEY, RoutingStats, parse_token
+from ._rules import RoutingStats
 from ._sync import RoutingSaver
+from ._tokens import READ_AFTER_KEY, parse_token
 
 __all__ = [
     "READ_AFTER_KEY",

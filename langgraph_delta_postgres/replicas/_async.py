@@ -54,12 +54,12 @@ from ._ops import (
     op_verify,
     op_write,
 )
+from ._replica_savers import AsyncReplicaSaver
 from ._rules import (
     DEFAULT_QUERY_TIMEOUT,
     DEFAULT_REPLICA_TIMEOUT,
     DEFAULT_REPLICA_WAIT,
     DEFAULT_RETRY_AFTER,
-    AsyncReplicaSaver,
     R,
     _RoutingCore,
 )

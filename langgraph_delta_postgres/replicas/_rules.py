@@ -1,7 +1,10 @@
-"""Routing rules shared by the sync and async routing savers: tokens, the guard's
-decision (:class:`Need`), replica savers (checked against the primary's server, bounded
-in time) and their pools, failures and counters (docs/replicas.md). The routing of each
-call, as steps, is in :mod:`._ops`.
+"""The routing saver's rules, shared by the sync and async routing savers
+(:class:`_RoutingCore`): its replica savers made and checked against the primary, the
+floors of a read (the caller's tokens, the saver's maintenance), which replica to try
+and what a failure costs it, and the counters (docs/replicas.md). Tokens are in
+:mod:`._tokens`, the guard's decision and the bounds in :mod:`._guard`, the replica
+savers and their pools in :mod:`._replica_savers`; the routing of each call, as steps,
+is in :mod:`._ops`.
 """
 
 from __future__ import annotations
@@ -11,35 +14,31 @@ import itertools
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
     CheckpointTuple,
 )
-from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import tuple_row
-from psycopg_pool import PoolTimeout
 
-from .._connect import connect_kwargs
-from .._deadline import Deadline, deadline
-from .._ops.write import resume
 from .._server import ServerIdentity, log
 from .._sql import Queries
-from ..aio import AsyncDeltaPostgresSaver
 from ..errors import ReplicaMismatchError
-from ..saver import DeltaPostgresSaver
+from ._guard import _NEED as _NEED  # `X as X`: ._ops imports these from here
+from ._guard import Need as Need
+from ._guard import ReplicaBounds, _failure_reason
+from ._guard import Unsafe as Unsafe
+from ._replica_savers import _describe, _replica_pool_kwargs
+from ._tokens import _TOKEN, READ_AFTER_KEY, parse_token
+from ._tokens import lsn_to_int as lsn_to_int
+from ._tokens import make_token as make_token
 
 R = TypeVar("R")
 
-#: The ``configurable`` key a caller may put a token under (see :meth:`RoutingSaver.token`).
-READ_AFTER_KEY = "lgdp_read_after"
-TOKEN_PREFIX = "lgdp-lsn:"
 #: How long a replica that failed to connect (or was stopped) is left alone before it is
 #: tried again (seconds).
 DEFAULT_RETRY_AFTER = 2.0
@@ -52,280 +51,12 @@ DEFAULT_QUERY_TIMEOUT = 2.0
 #: Default of how long a replica behind a read's floor is waited for before the primary
 #: answers instead (seconds; a standby on another host lags by a few milliseconds).
 DEFAULT_REPLICA_WAIT = 0.05
-#: A replica statement waits at most this long for a lock (a lock replayed from the
-#: primary is held until its commit is replayed, which recovery_min_apply_delay delays).
-LOCK_TIMEOUT_S = 0.2
-#: The client-side deadline's margin over the server-side statement_timeout.
-DEADLINE_MARGIN_S = 0.5
-#: How long a replica that is not a standby of the primary (promoted, another cluster
-#: or timeline) is left alone before it is checked again (seconds, at least retry_after).
-MISMATCH_RETRY_S = 30.0
 
-
-def lsn_to_int(lsn: str) -> int:
-    """``'16/B374D848'`` -> an int that orders like the LSN."""
-    hi, lo = lsn.split("/")
-    return (int(hi, 16) << 32) | int(lo, 16)
-
-
-def int_to_lsn(n: int) -> str:
-    return f"{n >> 32:X}/{n & 0xFFFFFFFF:X}"
-
-
-def parse_token(token: str) -> int:
-    """The LSN of a token from :meth:`RoutingSaver.token` (ValueError if it is not one)."""
-    if not isinstance(token, str) or not token.startswith(TOKEN_PREFIX):
-        raise ValueError(f"not a read token of this package: {token!r}")
-    try:
-        return lsn_to_int(token[len(TOKEN_PREFIX):])
-    except ValueError:
-        raise ValueError(f"not a read token of this package: {token!r}") from None
-
-
-def make_token(lsn: int) -> str:
-    return TOKEN_PREFIX + int_to_lsn(lsn)
-
-
-class Unsafe(Exception):  # noqa: N818  # a routing decision, not an error anyone sees
-    """The replica cannot be shown to give the primary's answer for this read; ``reason``
-    is one of ``not_standby``, ``mismatch`` (another cluster or timeline), ``behind``,
-    ``absent``, ``head``, ``unsealed_page``; ``detail`` says what was found."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
-        self.detail = detail
-
-
-@dataclass(frozen=True, slots=True)
-class Need:
-    """What the guard statement must find on a replica before a read runs there."""
-
-    floor: int | None
-    thread_id: str
-    checkpoint_ns: str
-    checkpoint_id: str | None
-    present: bool
-    sealed: bool
-    #: a history page of this many checkpoints below checkpoint_id, gated in its own
-    #: statement (``replicas.page_gate``, see :meth:`ReplicaSaver._list_gate`): the guard
-    #: runs only for a floor
-    page: int | None = None
-    gate: bool = False
-
-    def params(self, max_wait: float) -> dict[str, Any]:
-        return {"thread_id": self.thread_id, "checkpoint_ns": self.checkpoint_ns,
-                "checkpoint_id": self.checkpoint_id,
-                "floor": None if self.floor is None else int_to_lsn(self.floor),
-                "max_wait_ms": int(max_wait * 1000)}
-
-    def check(self, row: tuple[Any, ...]) -> None:
-        standby, replay, present, sealed = row
-        if not standby or replay is None:
-            raise Unsafe("not_standby", "it is not in recovery (promoted?)")
-        if self.floor is not None and lsn_to_int(replay) < self.floor:
-            raise Unsafe("behind")
-        if self.present and not present:
-            raise Unsafe("absent")
-        if self.sealed and not sealed:
-            raise Unsafe("head")
-
-
-#: The requirement of the read running in this context on a replica saver: checked on
-#: the connection its statement will run on, when it takes one (a read answered without
-#: a statement, e.g. from the prefetch, needs none).
-_NEED: ContextVar[Need | None] = ContextVar("lgdp_replica_need", default=None)
-#: Tokens given with read_after() in this context (the highest LSN).
-_TOKEN: ContextVar[int | None] = ContextVar("lgdp_read_after", default=None)
 #: The backend that served this context's last get_tuple of a latest checkpoint:
 #: (routing saver id, (thread, ns, checkpoint id), backend index; -1: the primary).
 _LAST_TUPLE: ContextVar[tuple[int, tuple[str, str, str], int] | None] = ContextVar(
     "lgdp_last_tuple", default=None
 )
-
-
-class ReplicaBounds:
-    """What a routing saver tells its replica savers: the primary's server (a replica
-    must be a hot standby of its cluster on its timeline; None until known), and the
-    bounds of every replica statement. Shared by reference: a failover seen by the
-    router updates ``expected`` for all of them."""
-
-    def __init__(self, query_timeout: float, max_wait: float) -> None:
-        self.expected: ServerIdentity | None = None
-        #: how long the guard waits for a replica behind a read's floor (seconds)
-        self.max_wait = max_wait
-        #: the server-side bounds (sql/replicas.sql, bound_session)
-        self.session = {
-            "statement_timeout": f"{int(query_timeout * 1000)}ms",
-            "lock_timeout": f"{int(min(query_timeout, LOCK_TIMEOUT_S) * 1000)}ms",
-        }
-        #: the client-side bound (see .._deadline): the server's, plus a margin for its
-        #: cancellation to arrive
-        self.deadline = query_timeout + DEADLINE_MARGIN_S
-
-    def verify(self, ident: ServerIdentity | None) -> None:
-        """Unsafe("mismatch") / Unsafe("not_standby") unless ``ident`` is a hot standby
-        of the expected primary, on its timeline."""
-        if ident is None:
-            return
-        if not ident.in_recovery:
-            raise Unsafe("not_standby", f"it is not in recovery ({ident})")
-        exp = self.expected
-        if exp is None:
-            return
-        if ident.system_identifier != exp.system_identifier:
-            raise Unsafe("mismatch", f"its system identifier is {ident.system_identifier}, "
-                                     f"the primary's is {exp.system_identifier}: another "
-                                     "cluster")
-        if ident.timeline > exp.timeline:
-            raise Unsafe("mismatch", f"it is on timeline {ident.timeline}, ahead of the "
-                                     f"primary's {exp.timeline}: it follows another primary")
-        if ident.timeline < exp.timeline:
-            # a standby that followed a promotion may report its old timeline until its
-            # next restartpoint (a role without pg_read_all_stats sees no WAL receiver):
-            # not used meanwhile, checked again later; not an error at construction
-            raise Unsafe("timeline", f"it reports timeline {ident.timeline}, behind the "
-                                     f"primary's {exp.timeline}")
-
-
-class ReplicaTimeout(Exception):  # noqa: N818  # a routing decision, as Unsafe
-    """A replica statement outlived the saver's ``replica_query_timeout``: the client
-    ended the connection (a silent network partition, a hung server)."""
-
-
-def _page_gate(saver: Any, params: dict[str, Any], filter: dict[str, Any] | None,
-               limit: int | None) -> Any:
-    """The replica savers' ``_list_gate``: the page gate when this context's need asks
-    for it, for exactly the page it was made for; any other list under such a need is
-    refused (it would run unchecked)."""
-    need = _NEED.get()
-    if need is None or not need.gate:
-        return None
-    if (filter or limit != need.page or params.get("thread_id") != need.thread_id
-            or params.get("checkpoint_ns") != need.checkpoint_ns
-            or params.get("before") != need.checkpoint_id):
-        raise Unsafe("error", "a gated need for another list")
-    return saver.queries["replicas.page_gate"]
-
-
-class ReplicaSaver(DeltaPostgresSaver):
-    """A DeltaPostgresSaver on a replica's pool: each connection is checked at its first
-    use (a hot standby of the primary, on its timeline) and bounded (statement and lock
-    timeouts); each use is bounded from the client side too; the guard statement runs
-    first when a read in this context needs one (see :class:`Need`)."""
-
-    bounds: ReplicaBounds
-
-    def _run(
-        self, op: Any, *, atomic: bool = False, retried: bool = False,
-        changes: int | None = None,
-    ) -> Any:
-        # an answer made without a statement (the prefetch of a page's histories, the
-        # cache) needs no connection, and no guard; a replica's broken connection is not
-        # tried again here: the routing saver has the primary answer
-        try:
-            first = next(op)
-        except StopIteration as stop:
-            return stop.value
-        return super()._run(resume(first, op), atomic=atomic, retried=True, changes=changes)
-
-    def _list_gate(self, params: dict[str, Any], filter: dict[str, Any] | None,
-                   limit: int | None) -> Any:
-        return _page_gate(self, params, filter, limit)
-
-    def _check_server(self, conn: psycopg.Connection[Any]) -> None:
-        with deadline(conn, self.bounds.deadline) as d, _timed_out(d):
-            super()._check_server(conn)
-
-    def _new_connection(self, conn: psycopg.Connection[Any]) -> None:
-        # autocommit: every statement its own snapshot (a guard and the read after it in
-        # one transaction would share the guard's snapshot, taken before its wait, under
-        # repeatable read), and the session's bounds are not rolled back with it
-        if not conn.autocommit:
-            conn.autocommit = True
-        with conn.cursor(row_factory=tuple_row) as cur:
-            cur.execute(self.queries["replicas.bound_session"], self.bounds.session)
-
-    @contextlib.contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
-        with super()._connection() as conn:
-            self.bounds.verify(self._server.known(conn))
-            need = _NEED.get()
-            with deadline(conn, self.bounds.deadline) as d, _timed_out(d):
-                if need is not None and not (need.gate and need.floor is None):
-                    # the guard, then the read: two round trips. (Sent in one pipeline
-                    # they still cost two: psycopg ends a pipeline with a Sync it waits
-                    # for. A scratch A/B of the bench's routed page read, 400 pairs on
-                    # loopback: 1.27x a direct standby read pipelined, 1.30x not.)
-                    with conn.cursor(row_factory=tuple_row) as cur:
-                        cur.execute(self.queries["replicas.guard"],
-                                    need.params(self.bounds.max_wait))
-                        row = cur.fetchone()
-                    assert row is not None
-                    need.check(row)
-                yield conn
-            if d.expired:  # ended after its last statement (decoding ran long): not lent
-                conn.close()
-
-
-class AsyncReplicaSaver(AsyncDeltaPostgresSaver):
-    """The async twin of :class:`ReplicaSaver`."""
-
-    bounds: ReplicaBounds
-
-    async def _run(
-        self, op: Any, *, atomic: bool = False, retried: bool = False,
-        changes: int | None = None,
-    ) -> Any:
-        try:  # see ReplicaSaver._run
-            first = next(op)
-        except StopIteration as stop:
-            return stop.value
-        return await super()._run(resume(first, op), atomic=atomic, retried=True,
-                                  changes=changes)
-
-    def _list_gate(self, params: dict[str, Any], filter: dict[str, Any] | None,
-                   limit: int | None) -> Any:
-        return _page_gate(self, params, filter, limit)
-
-    async def _check_server(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        with deadline(conn, self.bounds.deadline) as d, _timed_out(d):
-            await super()._check_server(conn)
-
-    async def _new_connection(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        if not conn.autocommit:  # see ReplicaSaver._new_connection
-            await conn.set_autocommit(True)
-        async with conn.cursor(row_factory=tuple_row) as cur:
-            await cur.execute(self.queries["replicas.bound_session"], self.bounds.session)
-
-    @contextlib.asynccontextmanager
-    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        async with super()._connection() as conn:
-            self.bounds.verify(self._server.known(conn))
-            need = _NEED.get()
-            with deadline(conn, self.bounds.deadline) as d, _timed_out(d):
-                if need is not None and not (need.gate and need.floor is None):
-                    # see ReplicaSaver._connection: the guard, then the read
-                    async with conn.cursor(row_factory=tuple_row) as cur:
-                        await cur.execute(self.queries["replicas.guard"],
-                                          need.params(self.bounds.max_wait))
-                        row = await cur.fetchone()
-                    assert row is not None
-                    need.check(row)
-                yield conn
-            if d.expired:  # see ReplicaSaver._connection
-                await conn.close()
-
-
-@contextlib.contextmanager
-def _timed_out(d: Deadline) -> Iterator[None]:
-    """An error of a connection the deadline ended is a :class:`ReplicaTimeout`."""
-    try:
-        yield
-    except psycopg.OperationalError as e:
-        if d.expired:
-            raise ReplicaTimeout(str(e)) from e
-        raise
 
 
 @dataclass(frozen=True)
@@ -349,31 +80,6 @@ class RoutingStats:
     lsn_fetches: int
     replica_misses: dict[str, int] = field(default_factory=dict)
     failovers: int = 0
-
-
-_CONFLICT_STATES = {"40001", "40P01", "55P03"}  # serialization, deadlock, lock timeout
-
-
-def _failure_reason(e: BaseException, retry_after: float) -> tuple[str, float]:
-    """Why a replica read failed, and how long the replica is left alone (0: not)."""
-    if isinstance(e, Unsafe):
-        if e.reason in ("not_standby", "mismatch", "timeline"):
-            return e.reason, max(retry_after, MISMATCH_RETRY_S)
-        return e.reason, 0.0
-    if isinstance(e, ReplicaTimeout):
-        return "timeout", retry_after
-    if isinstance(e, psycopg.Error):
-        state = getattr(e, "sqlstate", None)
-        if state in _CONFLICT_STATES or "conflict with recovery" in str(e):
-            return "conflict", 0.0
-        if state == "57014":  # statement_timeout on the replica
-            return "timeout", retry_after
-        if isinstance(e, psycopg.OperationalError):
-            return "down", retry_after  # connection lost, server shutting down, refused
-        return "error", 0.0
-    if isinstance(e, PoolTimeout):
-        return "down", retry_after
-    return "error", 0.0
 
 
 class _RoutingCore(BaseCheckpointSaver[str]):
@@ -600,33 +306,3 @@ class _RoutingCore(BaseCheckpointSaver[str]):
 def _a(cls: type[Any]) -> str:
     """``'a ConnectionPool'``, ``'an AsyncConnectionPool'``."""
     return ("an " if cls.__name__[0] in "AEIOU" else "a ") + cls.__name__
-
-
-def _describe(replica: Any) -> str:
-    """A replica for messages: host, port and database of its DSN (no password)."""
-    conninfo = replica if isinstance(replica, str) else getattr(replica, "conninfo", "")
-    try:
-        params = conninfo_to_dict(conninfo)
-    except psycopg.Error:
-        return "<replica>"
-    return "{}:{}/{}".format(params.get("host", ""), params.get("port", ""),
-                             params.get("dbname", ""))
-
-
-def _replica_pool_kwargs(conn_string: str, prepare_threshold: int | None,
-                         replica_timeout: float, query_timeout: float) -> dict[str, Any]:
-    """A replica pool's connect arguments: the saver's, a connect timeout of
-    ``replica_timeout``, and TCP keepalives and ``tcp_user_timeout`` so that a host that
-    vanished (its packets lost) ends the connection within about ``query_timeout``
-    (unix sockets ignore them; a peer that acknowledges and never answers is ended by the
-    client-side deadline, see .._deadline)."""
-    kwargs = connect_kwargs(conn_string, prepare_threshold)
-    kwargs["connect_timeout"] = max(1, int(replica_timeout + 0.999))
-    params = conninfo_to_dict(conn_string)
-    probe = max(1, int(query_timeout))
-    for key, value in (("keepalives", 1), ("keepalives_idle", probe),
-                       ("keepalives_interval", probe), ("keepalives_count", 3),
-                       ("tcp_user_timeout", int((query_timeout + DEADLINE_MARGIN_S) * 1000))):
-        if key not in params:
-            kwargs[key] = value
-    return kwargs

@@ -47,13 +47,13 @@ from ._ops import (
     op_verify,
     op_write,
 )
+from ._replica_savers import ReplicaSaver
 from ._rules import (
     DEFAULT_QUERY_TIMEOUT,
     DEFAULT_REPLICA_TIMEOUT,
     DEFAULT_REPLICA_WAIT,
     DEFAULT_RETRY_AFTER,
     R,
-    ReplicaSaver,
     _RoutingCore,
 )
 

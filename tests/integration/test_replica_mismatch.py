@@ -31,7 +31,8 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver, errors
-from langgraph_delta_postgres._local.standby import Standby, _Plan, standby_of
+from langgraph_delta_postgres._local.standby import Standby, standby_of
+from langgraph_delta_postgres._local.standby_plan import _Plan
 from langgraph_delta_postgres.replicas import AsyncRoutingSaver, RoutingSaver
 from tests.integration._helpers import cfg
 from tests.plugins.cluster import Cluster, own_cluster

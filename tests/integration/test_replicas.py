@@ -28,7 +28,7 @@ from langgraph_delta_postgres.replicas import (
     READ_AFTER_KEY,
     AsyncRoutingSaver,
     RoutingSaver,
-    _rules,
+    _guard,
     parse_token,
 )
 from tests.graph._util import canon, canon_history
@@ -476,7 +476,7 @@ def test_recovery_conflict_cancels_the_standby_query(
     ("conflict with recovery"); the routing saver answers from the primary. (The
     reader's replica sessions wait for locks longer than the default lock_timeout, so
     that its query is still waiting when the conflict comes.)"""
-    monkeypatch.setattr(_rules, "LOCK_TIMEOUT_S", 30.0)
+    monkeypatch.setattr(_guard, "LOCK_TIMEOUT_S", 30.0)
     reader = RoutingSaver.from_conn_string(dsn, replicas=[replica_dsn], pool_size=2,
                                            retry_after=0.5, replica_query_timeout=30)
     with reader as r:
@@ -507,7 +507,7 @@ def test_a_lock_held_by_the_replay_costs_a_read_its_lock_timeout(
         took = time.monotonic() - started
     finally:
         standby.resume()
-    assert took < _rules.LOCK_TIMEOUT_S + 1.5, took
+    assert took < _guard.LOCK_TIMEOUT_S + 1.5, took
     assert reader.routing_stats().replica_misses == {"conflict": 1}
     assert reader.routing_stats().replica_reads == 0
 

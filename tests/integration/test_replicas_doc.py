@@ -26,7 +26,8 @@ from langgraph.channels import DeltaChannel
 from langgraph.graph import START, StateGraph
 from psycopg.conninfo import make_conninfo
 
-from langgraph_delta_postgres._local.standby import _Plan, lsn_int
+from langgraph_delta_postgres._local.standby import lsn_int
+from langgraph_delta_postgres._local.standby_plan import _Plan
 from langgraph_delta_postgres.replicas import RoutingSaver
 from tests.plugins.cluster import SUPERUSER, Cluster, own_cluster
 
@@ -71,7 +72,7 @@ def test_the_page_sets_the_variables_its_commands_use() -> None:
     assert used <= set(VARIABLES), used - set(VARIABLES)
     assert sorted(steps(blocks[1])) == [1, 2, 3]
     # the settings step names every setting a standby needs at least as high
-    from langgraph_delta_postgres._local.standby import _AT_LEAST_PRIMARY
+    from langgraph_delta_postgres._local.standby_plan import _AT_LEAST_PRIMARY
 
     for name in _AT_LEAST_PRIMARY:
         assert f"'{name}'" in steps(blocks[1])[2]

@@ -3,7 +3,7 @@
 A *cluster of our own* is a new, independent Postgres cluster (``initdb`` in a temp
 directory, ``pg_ctl start`` on a Unix socket in that directory, no TCP), started from the
 same server binaries as the run's server (found, with the OS user to run them as, the way
-:func:`langgraph_delta_postgres._local.standby._plan` finds them for a standby: as root, the
+:func:`langgraph_delta_postgres._local.standby_plan._plan` finds them for a standby: as root, the
 server runs as the owner of the run's data directory, or the ``postgres`` OS user). Its
 system identifier is its own, so a standby of it
 (:func:`langgraph_delta_postgres._local.standby.standby_of` on its :attr:`Cluster.admin_dsn`)
@@ -39,7 +39,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from langgraph_delta_postgres._local import watchdog as _watchdog
-from langgraph_delta_postgres._local.standby import StandbyUnavailable, _Plan, _plan
+from langgraph_delta_postgres._local.standby_plan import StandbyUnavailable, _Plan, _plan
 from tests.plugins.postgres import PgServer, skip_or_fail
 
 #: the superuser initdb makes (trust authentication on the Unix socket only)

@@ -20,7 +20,8 @@ from collections.abc import Iterator
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from langgraph_delta_postgres._local.standby import Standby, StandbyUnavailable, standby_of, why_not
+from langgraph_delta_postgres._local.standby import Standby, standby_of
+from langgraph_delta_postgres._local.standby_plan import StandbyUnavailable, why_not
 from tests.plugins.postgres import PgServer, skip_or_fail
 
 

@@ -17,7 +17,8 @@ import langgraph_delta_postgres
 PACKAGE = Path(langgraph_delta_postgres.__file__).parent
 #: what the optional commands and integrations need, each behind its own extra
 OPTIONAL = {
-    "bench", "demo.py", "postgres.py", "embedded.py", "watchdog.py", "standby.py", "agent_server.py"
+    "bench", "demo.py", "demo_session.py", "demo_report.py", "postgres.py", "embedded.py",
+    "watchdog.py", "standby.py", "standby_plan.py", "agent_server.py",
 }
 
 

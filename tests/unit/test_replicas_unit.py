@@ -7,10 +7,8 @@ from pathlib import Path
 import pytest
 
 from langgraph_delta_postgres._server import ServerIdentity
-from langgraph_delta_postgres.replicas._rules import (
-    Need,
-    ReplicaBounds,
-    Unsafe,
+from langgraph_delta_postgres.replicas._guard import Need, ReplicaBounds, Unsafe
+from langgraph_delta_postgres.replicas._tokens import (
     int_to_lsn,
     lsn_to_int,
     make_token,
@@ -84,7 +82,7 @@ def test_standby_takes_a_pg_basebackup_of_the_servers_major_else_the_oldest_newe
     """pg_basebackup backs up servers of its own and older major versions: the standby
     takes one of the server's major where there is one, else the oldest newer one, never
     an older one (it would refuse the server)."""
-    from langgraph_delta_postgres._local import standby as _standby
+    from langgraph_delta_postgres._local import standby_plan as _standby_plan
 
     def fake(path: Path, said: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -96,14 +94,14 @@ def test_standby_takes_a_pg_basebackup_of_the_servers_major_else_the_oldest_newe
         fake(system / str(major) / "bin" / "pg_basebackup", f"pg_basebackup (PostgreSQL) {major}.2")
     server = tmp_path / "server"  # a server build without pg_basebackup (npm's)
     fake(server / "postgres", "postgres (PostgreSQL) 16.14")
-    monkeypatch.setattr(_standby, "_SYSTEM_PG", system)
-    monkeypatch.setattr(_standby, "_candidates", lambda: [])
+    monkeypatch.setattr(_standby_plan, "_SYSTEM_PG", system)
+    monkeypatch.setattr(_standby_plan, "_candidates", lambda: [])
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
 
-    assert _standby._basebackup(16, server) == (system / "18" / "bin" / "pg_basebackup", 18)
-    assert _standby._basebackup(14, server) == (system / "15" / "bin" / "pg_basebackup", 15)
-    assert _standby._basebackup(15, server) == (system / "15" / "bin" / "pg_basebackup", 15)
-    assert _standby._basebackup(19, server) is None
+    assert _standby_plan._basebackup(16, server) == (system / "18" / "bin" / "pg_basebackup", 18)
+    assert _standby_plan._basebackup(14, server) == (system / "15" / "bin" / "pg_basebackup", 15)
+    assert _standby_plan._basebackup(15, server) == (system / "15" / "bin" / "pg_basebackup", 15)
+    assert _standby_plan._basebackup(19, server) is None
     # the server's own directory first, when it has one of its major
     fake(server / "pg_basebackup", "pg_basebackup (PostgreSQL) 16.14")
-    assert _standby._basebackup(16, server) == (server / "pg_basebackup", 16)
+    assert _standby_plan._basebackup(16, server) == (server / "pg_basebackup", 16)
