@@ -77,7 +77,8 @@ IDLE_CHECK_S = 5.0
 
 
 def mark_returned(conn: Any) -> None:
-    """A pool's ``reset`` callback: when the connection went back to the pool."""
+    """When the connection went back to the pool: the drivers' checkout calls it as it
+    ends (``_driver_async._connection``)."""
     conn._lgdp_idle_since = time.monotonic()
 
 
@@ -138,10 +139,6 @@ def retrying() -> Iterator[None]:
         yield
     finally:
         _CHECK_EVERY.reset(token)
-
-
-async def amark_returned(conn: Any) -> None:
-    mark_returned(conn)
 
 
 @contextlib.contextmanager

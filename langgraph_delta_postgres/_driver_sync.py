@@ -21,7 +21,7 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ._acompat import Lock
-from ._connect import SHUT_DOWN, may_retry, retrying
+from ._connect import SHUT_DOWN, mark_returned, may_retry, retrying
 from ._ops.base import Op, Stmt, T, debug_statements, log_statement
 from ._ops.context import SaverCore
 from ._ops.write import resume
@@ -63,7 +63,14 @@ class SyncDriver(SaverCore):
         if isinstance(self.conn, ConnectionPool):
             with self.conn.connection() as conn:
                 self._check_server(conn)
-                yield conn
+                try:
+                    yield conn
+                finally:
+                    # when it goes back (check_if_idle reads it): here, not as the pool's
+                    # reset callback, which psycopg_pool runs on a worker (a thread / a
+                    # task) for every return, so a return costs a wake-up and, under a busy
+                    # main thread, a wait for the GIL before the connection is free again
+                    mark_returned(conn)
         else:
             with self.lock:  # one connection: it never reaches another server
                 yield self.conn

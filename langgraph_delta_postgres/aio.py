@@ -34,7 +34,6 @@ from ._connect import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_PREPARE_THRESHOLD,
     acheck_if_idle,
-    amark_returned,
     explained_connect,
     from_conn_string_kwargs,
 )
@@ -145,7 +144,6 @@ class AsyncDeltaPostgresSaver(SyncBridge, AsyncDriver):
                 # a connection idle a while is checked before it is lent; one that broke
                 # sooner fails its statement, which runs again (check_if_idle, _run)
                 check=acheck_if_idle,
-                reset=amark_returned,
                 open=APOOL_OPEN_AT_INIT,
             ) as pool:
                 yield cls(pool, serde=serde, schema=schema, cache_bytes=cache_bytes)

@@ -30,7 +30,6 @@ from ._connect import (
     check_if_idle,
     explained_connect,
     from_conn_string_kwargs,
-    mark_returned,
 )
 from ._driver_sync import SyncConn, SyncDriver
 from ._driver_sync import drive as drive  # where it was (docs name it here)
@@ -122,7 +121,6 @@ class DeltaPostgresSaver(SyncDriver):
                 # a connection idle a while is checked before it is lent; one that broke
                 # sooner fails its statement, which runs again (check_if_idle, _run)
                 check=check_if_idle,
-                reset=mark_returned,
                 open=POOL_OPEN_AT_INIT,
             ) as pool:
                 yield cls(pool, serde=serde, schema=schema, cache_bytes=cache_bytes)

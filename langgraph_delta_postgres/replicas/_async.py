@@ -36,7 +36,6 @@ from .._connect import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_PREPARE_THRESHOLD,
     acheck_if_idle,
-    amark_returned,
     may_retry,
     retrying,
 )
@@ -98,7 +97,7 @@ class AsyncRoutingSaver(SyncBridge, _RoutingCore):
     _primary_type = AsyncDeltaPostgresSaver
     _pool_type = AsyncConnectionPool
     _replica_type = AsyncReplicaSaver
-    _pool_check = (acheck_if_idle, amark_returned)
+    _pool_check = staticmethod(acheck_if_idle)
     _open_pools_at_once = APOOL_OPEN_AT_INIT  # async: in open(), on the event loop
 
     def __init__(

@@ -95,8 +95,8 @@ class _RoutingCore(BaseCheckpointSaver[str]):
     _pool_type: ClassVar[type[Any]]
     _replica_type: ClassVar[type[Any]]
     _open_pools_at_once: ClassVar[bool]
-    #: the check and reset callbacks of a pool made for a replica DSN (.._connect)
-    _pool_check: ClassVar[tuple[Any, Any]]
+    #: the check callback of a pool made for a replica DSN (.._connect.check_if_idle)
+    _pool_check: ClassVar[Any]
 
     def _init_savers(
         self, primary: Any, replicas: Sequence[Any], *, retry_after: float,
@@ -131,7 +131,7 @@ class _RoutingCore(BaseCheckpointSaver[str]):
                     r, min_size=1, max_size=pool_size, timeout=replica_timeout,
                     kwargs=_replica_pool_kwargs(r, prepare_threshold, replica_timeout,
                                                 replica_query_timeout),
-                    check=self._pool_check[0], reset=self._pool_check[1],
+                    check=self._pool_check,
                     open=self._open_pools_at_once,
                 )
                 self._own_pools.append(pool)

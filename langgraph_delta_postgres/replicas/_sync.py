@@ -29,7 +29,6 @@ from .._connect import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_PREPARE_THRESHOLD,
     check_if_idle,
-    mark_returned,
     may_retry,
     retrying,
 )
@@ -86,7 +85,7 @@ class RoutingSaver(_RoutingCore):
     _primary_type = DeltaPostgresSaver
     _pool_type = ConnectionPool
     _replica_type = ReplicaSaver
-    _pool_check = (check_if_idle, mark_returned)
+    _pool_check = staticmethod(check_if_idle)
     _open_pools_at_once = POOL_OPEN_AT_INIT  # async: in open(), on the event loop
 
     def __init__(

@@ -163,6 +163,79 @@ def test_pool_checks_no_healthy_connection(dsn: str, monkeypatch: Any) -> None:
         assert checks == []
 
 
+def test_pool_returns_connections_without_a_worker_and_checks_idle_ones(
+    dsn: str, monkeypatch: Any
+) -> None:
+    """A connection goes back to the pool in the call that used it: no task for the
+    pool's worker threads (a reset callback costs one per return, each a wake-up and,
+    with a busy main thread, a wait for the GIL before the connection is free again).
+    The idle time it records still gets a connection idle longer than IDLE_CHECK_S
+    checked before it is lent."""
+    from psycopg_pool import ConnectionPool
+
+    from langgraph_delta_postgres import _connect
+
+    tasks: list[Any] = []
+    real_task = ConnectionPool.run_task
+    monkeypatch.setattr(ConnectionPool, "run_task",
+                        lambda self, task: (tasks.append(task), real_task(self, task))[1])
+    checks: list[Any] = []
+    real = ConnectionPool.check_connection
+    monkeypatch.setattr(ConnectionPool, "check_connection",
+                        staticmethod(lambda conn: (checks.append(conn), real(conn))))
+    with DeltaPostgresSaver.from_conn_string(dsn, pool_size=1) as saver:
+        (c,) = put_chain_sync(saver, "t", 1)
+        tasks.clear()
+        for _ in range(10):
+            assert saver.get_tuple(c) is not None
+            saver.put_writes(c, [("x", 1)], "w")
+        assert [type(t).__name__ for t in tasks] == []
+        assert checks == []
+        monkeypatch.setattr(_connect, "IDLE_CHECK_S", 0.05)
+        time.sleep(0.2)
+        assert saver.get_tuple(c) is not None
+        assert len(checks) == 1  # idle a while: checked once, then used
+        assert saver.get_tuple(c) is not None
+        assert len(checks) == 1
+
+
+async def test_async_pool_returns_connections_without_a_worker_and_checks_idle_ones(
+    dsn: str, monkeypatch: Any
+) -> None:
+    """The async pool's twin of the test above (its worker is an asyncio task)."""
+    from psycopg_pool import AsyncConnectionPool
+
+    from langgraph_delta_postgres import _connect
+
+    tasks: list[Any] = []
+    real_task = AsyncConnectionPool.run_task
+    monkeypatch.setattr(AsyncConnectionPool, "run_task",
+                        lambda self, task: (tasks.append(task), real_task(self, task))[1])
+    checks: list[Any] = []
+    real = AsyncConnectionPool.check_connection
+
+    async def counted(conn: Any) -> None:
+        checks.append(conn)
+        await real(conn)
+
+    monkeypatch.setattr(AsyncConnectionPool, "check_connection", staticmethod(counted))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        (c,) = put_chain_sync(DeltaPostgresSaver(conn), "t-async", 1)
+    async with AsyncDeltaPostgresSaver.from_conn_string(dsn, pool_size=1) as saver:
+        tasks.clear()
+        for _ in range(10):
+            assert await saver.aget_tuple(c) is not None
+            await saver.aput_writes(c, [("x", 1)], "w")
+        assert [type(t).__name__ for t in tasks] == []
+        assert checks == []
+        monkeypatch.setattr(_connect, "IDLE_CHECK_S", 0.05)
+        await asyncio.sleep(0.2)
+        assert await saver.aget_tuple(c) is not None
+        assert len(checks) == 1
+        assert await saver.aget_tuple(c) is not None
+        assert len(checks) == 1
+
+
 async def test_async_pool_replaces_connections_the_server_closed(
     dsn: str, pg_server: Any
 ) -> None:
