@@ -34,7 +34,7 @@ MODES = ("cold", "warm", "nocache")
 def worker(dsn: str, scale: str) -> None:
     from langgraph_delta_postgres import DeltaPostgresSaver
     from langgraph_delta_postgres.bench import loads
-    from langgraph_delta_postgres.bench.common import connect_ours
+    from langgraph_delta_postgres.bench.savers import connect_ours
 
     conn = connect_ours(dsn)
     specs = {t.key: t for t in loads.threads_for(scale)}
@@ -97,7 +97,7 @@ def build(dsn: str, scale: str) -> None:
 
     from langgraph_delta_postgres._local.workloads import build_graph, run_turns
     from langgraph_delta_postgres.bench import loads
-    from langgraph_delta_postgres.bench.common import connect_official
+    from langgraph_delta_postgres.bench.savers import connect_official
     from langgraph_delta_postgres.migrate import migrate
 
     with connect_official(dsn) as off_conn:

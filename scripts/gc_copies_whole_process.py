@@ -45,7 +45,7 @@ from psycopg import sql
 
 from langgraph_delta_postgres import DeltaPostgresSaver
 from langgraph_delta_postgres.bench.agent import SCALES, _cfg, _turn_inputs, build_agent
-from langgraph_delta_postgres.bench.common import _dsn_with
+from langgraph_delta_postgres.bench.databases import _dsn_with
 
 VARIANTS = ("as-is", "no-pause", "plain-pickle")
 MORE_TURNS = 10

@@ -27,7 +27,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 
 from langgraph_delta_postgres import DeltaPostgresSaver
 from langgraph_delta_postgres.bench.agent import SCALES, _cfg, _turn_inputs, build_agent
-from langgraph_delta_postgres.bench.common import scratch_pair
+from langgraph_delta_postgres.bench.databases import scratch_pair
 
 
 def _plain(config: Any) -> dict[str, Any]:

@@ -13,7 +13,7 @@ trigger every few turns (it calls the same scripted model for the summary).
 Each saver runs the same session on its own thread: ours (``DeltaPostgresSaver``), the
 official ``PostgresSaver`` 3.2 and ``InMemorySaver``, turn ``i`` for every saver before
 turn ``i + 1`` (the order rotates each turn), each turn timed as ``invoke``. Then, in
-interleaved rounds (:class:`.common.Interleaved`), through the graph:
+interleaved rounds (:class:`.timing.Interleaved`), through the graph:
 
 * ``get_state`` of the thread's head: ours on the saver that ran the session (warm), ours
   on a new saver (its first call, on a connection of its own opened for the round, as a
@@ -49,14 +49,8 @@ from langchain_core.runnables import RunnableConfig
 
 from .. import DeltaPostgresSaver
 from ..migrate import migrate
-from .common import (
-    NEW_CONNECTION,
-    ONE_CONNECTION,
-    Interleaved,
-    NewSavers,
-    ratio_summary,
-    summary,
-)
+from .savers import NEW_CONNECTION, ONE_CONNECTION, NewSavers
+from .timing import Interleaved, ratio_summary, summary
 
 PAGE = 10
 
@@ -383,7 +377,7 @@ def run_alone(
 ) -> dict[str, Any]:
     """``langgraph-delta-pg bench --only agent``: this part alone, on a scratch database
     of the same server the full run uses."""
-    from .common import section_database
+    from .databases import section_database
 
     with section_database(args, scale, server, command, migrated=False) as (res, dsn, _):
         t0 = time.perf_counter()

@@ -59,7 +59,7 @@ from psycopg.rows import dict_row
 
 from langgraph_delta_postgres._local.workloads import build_graph, run_turns, user_input
 
-from .common import (
+from .savers import (
     OFFICIAL_POOL_KWARGS,
     ONE_CONNECTION,
     aopen_saver,
@@ -659,7 +659,7 @@ def _setup(saver: str, dsn: str, server: Server, ls: LoadScale) -> SaverDb:
             run_turns(g, ls.workload, _template(off), off - done, start=ls.prior + done)
             done = off
     with psycopg.connect(dsn, autocommit=True) as conn:
-        from .common import freeze_autovacuum
+        from .databases import freeze_autovacuum
 
         freeze_autovacuum(conn)
     return SaverDb(saver, dsn, server.dbid(dsn), "template")
@@ -738,7 +738,7 @@ def run_load(admin_dsn: str, scale_name: str, log: Callable[[str], None]) -> dic
     """``admin_dsn``: a server where two scratch databases are made (ours, official)."""
     import uuid
 
-    from .common import scratch_database
+    from .databases import scratch_database
 
     ls = SCALES[scale_name]
     server = Server.open(admin_dsn)
@@ -1133,7 +1133,7 @@ def run_alone(
     with server(args.dsn) as (server_dsn, source):
         res["database"] = {"source": source, "scratch": "two scratch databases"}
         with psycopg.connect(server_dsn, autocommit=True) as meter:
-            from .common import machine_facts
+            from .machine import machine_facts
 
             res["machine"] = machine_facts(meter)
         res["load"] = run_load(server_dsn, scale, lambda m: print(m, flush=True))

@@ -257,11 +257,13 @@ def _run(args: argparse.Namespace, scale: Scale) -> dict[str, Any]:
     import psycopg
 
     from ..migrate import migrate
-    from .common import freeze_autovacuum, machine_facts, open_savers, scratch_database
+    from .databases import freeze_autovacuum, scratch_database
     from .graphs import SaverSpec, run_workload
     from .loads import run_loads
+    from .machine import machine_facts
     from .micro import run_micro
     from .proxy import LatencyProxy, upstream_of
+    from .savers import open_savers
 
     started = time.time()
     t0 = time.perf_counter()
@@ -371,7 +373,7 @@ def _run(args: argparse.Namespace, scale: Scale) -> dict[str, Any]:
 def _select1(dsn: str, proxies: dict[str, Any]) -> dict[str, Any]:
     import psycopg
 
-    from .common import Interleaved
+    from .timing import Interleaved
 
     iv = Interleaved()
     conns = {}

@@ -439,7 +439,7 @@ def run_alone(
 ) -> dict[str, Any]:
     """``langgraph-delta-pg bench --only replicas``: a scratch database, a standby of the
     server, the rounds; prints the summary."""
-    from .common import section_database
+    from .databases import section_database
 
     with section_database(args, scale, server, command) as (res, dsn, server_dsn):
         with standby_of(server_dsn) as standby:

@@ -46,7 +46,7 @@ from langgraph.types import Send
 
 from langgraph_delta_postgres import DeltaPostgresSaver
 
-from .common import ONE_CONNECTION, aopen_saver, official_pooled, open_saver, pooled
+from .savers import ONE_CONNECTION, aopen_saver, official_pooled, open_saver, pooled
 
 TASKS = 16
 NODES = 8
@@ -318,7 +318,7 @@ def run_alone(
 
     from langgraph.checkpoint.postgres import PostgresSaver
 
-    from .common import scratch_database, section_database
+    from .databases import scratch_database, section_database
     from .load import _loadavg
 
     with section_database(args, scale, server, command) as (res, dsn, server_dsn), \

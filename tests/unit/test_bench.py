@@ -267,7 +267,7 @@ def test_each_timed_call_starts_after_a_full_collection() -> None:
     made due by the garbage of the calls before it; the collection is not timed."""
     import gc
 
-    from langgraph_delta_postgres.bench.common import Interleaved
+    from langgraph_delta_postgres.bench.timing import Interleaved
 
     events: list[str] = []
 
