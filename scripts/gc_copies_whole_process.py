@@ -44,7 +44,7 @@ import psycopg
 from psycopg import sql
 
 from langgraph_delta_postgres import DeltaPostgresSaver
-from langgraph_delta_postgres.bench.agent import SCALES, _cfg, _turn_inputs, build_agent
+from langgraph_delta_postgres.bench.agent.session import SCALES, _cfg, _turn_inputs, build_agent
 from langgraph_delta_postgres.bench.databases import _dsn_with
 
 VARIANTS = ("as-is", "no-pause", "plain-pickle")

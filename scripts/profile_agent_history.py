@@ -31,7 +31,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 
 from langgraph_delta_postgres import DeltaPostgresSaver
 from langgraph_delta_postgres._ops import listed
-from langgraph_delta_postgres.bench.agent import _cfg, session_graphs
+from langgraph_delta_postgres.bench.agent.session import _cfg, session_graphs
 from langgraph_delta_postgres.bench.databases import scratch_pair
 
 

@@ -44,7 +44,7 @@ from psycopg import sql
 import langgraph_delta_postgres
 from langgraph_delta_postgres import DeltaPostgresSaver
 from langgraph_delta_postgres._cache import copies
-from langgraph_delta_postgres.bench.agent import SCALES, _cfg, build_agent, session_graphs
+from langgraph_delta_postgres.bench.agent.session import SCALES, _cfg, build_agent, session_graphs
 from langgraph_delta_postgres.bench.databases import _dsn_with, scratch_pair
 from langgraph_delta_postgres.bench.savers import connect_ours
 

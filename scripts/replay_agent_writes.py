@@ -26,7 +26,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.postgres import PostgresSaver
 
 from langgraph_delta_postgres import DeltaPostgresSaver
-from langgraph_delta_postgres.bench.agent import SCALES, _cfg, _turn_inputs, build_agent
+from langgraph_delta_postgres.bench.agent.session import SCALES, _cfg, _turn_inputs, build_agent
 from langgraph_delta_postgres.bench.databases import scratch_pair
 
 

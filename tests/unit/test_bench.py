@@ -346,7 +346,8 @@ def test_load_p99_is_the_nearest_rank() -> None:
     """The load section's p99 is the nearest-rank percentile: of 100 turns the second
     slowest (one outlier does not decide it), of 40 or fewer the slowest; and the full
     scale runs at least 100 turns per run, so that its p99 is not one turn."""
-    from langgraph_delta_postgres.bench.load import SCALES, _pcts
+    from langgraph_delta_postgres.bench.load.scale import SCALES
+    from langgraph_delta_postgres.bench.load.sessions import _pcts
 
     hundred = [i / 1000 for i in range(1, 101)]
     assert _pcts(hundred)["p99"] == pytest.approx(99.0)
