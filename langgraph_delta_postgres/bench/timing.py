@@ -61,11 +61,17 @@ class Interleaved:
 
     samples: dict[str, list[float]] = field(default_factory=dict)
 
-    def run(self, fns: dict[str, Any], rounds: int, *, warmup: int = 1) -> None:
+    def run(self, fns: dict[str, Any], rounds: int, *, warmup: int = 1,
+            reported: bool = False) -> None:
         """``fns``: name -> a callable, or a ``(prepare, call)`` pair where only
         ``call(prepare())`` is timed, or a ``(prepare, call, finish)`` triple where
         ``finish(arg)`` runs (untimed) after the call, e.g. to close what ``prepare``
-        opened."""
+        opened. ``reported``: the call times itself (e.g. in a worker process, with
+        :func:`timed`) and returns its seconds, which are the sample instead of the
+        time the call took here.
+
+        Two callables alternate (A B, B A, ...); three or more rotate, every other
+        round in reverse."""
         names = list(fns)
 
         def once(name: str) -> float:
@@ -75,12 +81,17 @@ class Interleaved:
                 arg = prepare()
                 try:
                     gc.collect()
-                    return timed(lambda: call(arg))
+                    return measure(lambda: call(arg))
                 finally:
                     for fin in finish:
                         fin(arg)
             gc.collect()
-            return timed(f)
+            return measure(f)
+
+        def measure(fn: Callable[[], Any]) -> float:
+            if reported:
+                return float(fn())
+            return timed(fn)
 
         gc.collect()
         gc.freeze()
@@ -91,7 +102,7 @@ class Interleaved:
                 self.samples.setdefault(name, [])
             for r in range(rounds):
                 order = names[r % len(names) :] + names[: r % len(names)]
-                if r % 2:
+                if r % 2 and len(names) > 2:  # for two, the rotation alone alternates
                     order.reverse()
                 for name in order:
                     self.samples[name].append(once(name))
