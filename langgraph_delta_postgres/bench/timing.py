@@ -62,13 +62,14 @@ class Interleaved:
     samples: dict[str, list[float]] = field(default_factory=dict)
 
     def run(self, fns: dict[str, Any], rounds: int, *, warmup: int = 1,
-            reported: bool = False) -> None:
+            reported: bool = False, freeze: bool = True) -> None:
         """``fns``: name -> a callable, or a ``(prepare, call)`` pair where only
         ``call(prepare())`` is timed, or a ``(prepare, call, finish)`` triple where
         ``finish(arg)`` runs (untimed) after the call, e.g. to close what ``prepare``
         opened. ``reported``: the call times itself (e.g. in a worker process, with
         :func:`timed`) and returns its seconds, which are the sample instead of the
-        time the call took here.
+        time the call took here. ``freeze=False``: the process's heap stays in the
+        collector's reach (for a measurement of what the collections cost).
 
         Two callables alternate (A B, B A, ...); three or more rotate, every other
         round in reverse."""
@@ -94,7 +95,8 @@ class Interleaved:
             return timed(fn)
 
         gc.collect()
-        gc.freeze()
+        if freeze:
+            gc.freeze()
         try:
             for name in names:
                 for _ in range(warmup):
@@ -107,7 +109,8 @@ class Interleaved:
                 for name in order:
                     self.samples[name].append(once(name))
         finally:
-            gc.unfreeze()
+            if freeze:
+                gc.unfreeze()
 
     def stats(self, name: str) -> dict[str, float]:
         return summary(self.samples.get(name, []))
