@@ -35,6 +35,7 @@ import contextlib
 import gc
 import json
 import pickle
+import statistics
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -128,8 +129,12 @@ def against(value: Any, path: str, rounds: int) -> None:
         gc.enable()
     for k in ("dumps", "loads"):
         r = iv.ratio(f"ours {k}", f"other {k}")
+        # the quartiles of the same pair-by-pair ratios (_cache/copies.py quotes them)
+        pairs = [x / y for x, y in zip(iv.samples[f"ours {k}"], iv.samples[f"other {k}"],
+                                        strict=True)]
+        q = statistics.quantiles(pairs, n=4) if len(pairs) > 1 else [r["median"]] * 3
         print(f"{k}: this checkout / {path}, median of pairs: {r['median']:.3f}x "
-              f"({r['min']:.3f}-{r['max']:.3f})")
+              f"(quartiles {q[0]:.3f}-{q[2]:.3f}; {r['min']:.3f}-{r['max']:.3f})")
 
 
 @contextlib.contextmanager
