@@ -3,7 +3,7 @@
 ``deepagents.create_deep_agent`` (0.7.x) builds its state with ``DeltaChannel`` on
 ``messages`` (``DeepAgentState``, ``snapshot_frequency=50``) and on ``files``
 (``FilesystemState``, ``snapshot_frequency=50``); the rest (the summarization event and
-session id) are ``LastValue`` fields. The model is :class:`.scripted_model.ScriptedChatModel`
+session id) are ``LastValue`` fields. The model is :class:`..scripted_model.ScriptedChatModel`
 (no network, deterministic): each user turn is answered with ``write_file`` /
 ``read_file`` / ``edit_file`` / ``ls`` / ``write_todos`` calls, every tenth turn hands a
 subtask to the general-purpose subagent (``task``), and a small context window
@@ -13,7 +13,7 @@ trigger every few turns (it calls the same scripted model for the summary).
 Each saver runs the same session on its own thread: ours (``DeltaPostgresSaver``), the
 official ``PostgresSaver`` 3.2 and ``InMemorySaver``, turn ``i`` for every saver before
 turn ``i + 1`` (the order rotates each turn), each turn timed as ``invoke``. Then, in
-interleaved rounds (:class:`.timing.Interleaved`), through the graph:
+interleaved rounds (:class:`..timing.Interleaved`), through the graph:
 
 * ``get_state`` of the thread's head: ours on the saver that ran the session (warm), ours
   on a new saver (its first call, on a connection of its own opened for the round, as a

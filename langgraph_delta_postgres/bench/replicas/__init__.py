@@ -2,7 +2,7 @@
 streaming hot standby takes off the primary.
 
 Setup: a scratch database on the server (``--dsn``, or the embedded one), a hot standby
-of that server started from the same binaries (:mod:`.._local.standby`), and ``THREADS``
+of that server started from the same binaries (:mod:`..._local.standby`), and ``THREADS``
 threads of the ``coding_a`` workload, ``TURNS`` user turns each, written through the
 real graph (two DeltaChannel fields).
 
