@@ -7,11 +7,12 @@
 ``--new`` defaults to this checkout). The threads of the benchmark's loads section
 (langgraph_delta_postgres/bench/loads.py: written by the official saver, adopted by the
 new checkout's migrations) are loaded by one worker process per checkout, each importing
-its own package; the coordinator asks them in turn (A B, then B A, round by round) for the
-same timed call and prints, per case, the median of the pair-by-pair ratios new/base
-(above 1: the new version is slower). Cases: the resume loop (saver calls, and get_state
-through the graph) and a history page, each cold (a new saver per call), warm (one saver
-kept) and with ``cache_bytes=0``. Without ``--dsn``, an embedded Postgres.
+its own package; the coordinator asks them in turn (A B, then B A, round by round: the
+bench's ``Interleaved``, the workers timing each call with its ``timed`` and reporting the
+seconds) for the same timed call and prints, per case, the median of the pair-by-pair
+ratios new/base (above 1: the new version is slower). Cases: the resume loop (saver
+calls, and get_state through the graph) and a history page, each cold (a new saver per
+call), warm (one saver kept) and with ``cache_bytes=0``. Without ``--dsn``, an embedded Postgres.
 """
 
 from __future__ import annotations
@@ -21,10 +22,8 @@ import contextlib
 import gc
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 CASES = ("resume_loop", "resume_loop_graph", "history_page")
@@ -34,7 +33,15 @@ MODES = ("cold", "warm", "nocache")
 def worker(dsn: str, scale: str) -> None:
     from langgraph_delta_postgres import DeltaPostgresSaver
     from langgraph_delta_postgres.bench import loads
-    from langgraph_delta_postgres.bench.common import connect_ours
+
+    try:
+        from langgraph_delta_postgres.bench.savers import connect_ours
+        from langgraph_delta_postgres.bench.timing import timed
+    except ImportError:  # a checkout from before bench/common.py was split (issue 39)
+        from langgraph_delta_postgres.bench.common import (  # type: ignore[no-redef]
+            connect_ours,
+            timed,
+        )
 
     conn = connect_ours(dsn)
     specs = {t.key: t for t in loads.threads_for(scale)}
@@ -57,9 +64,7 @@ def worker(dsn: str, scale: str) -> None:
         prep, call = fns[req["case"]](t, tails[t.key], makers[req["mode"]])
         arg = prep()
         gc.collect()
-        t0 = time.perf_counter()
-        call(arg)
-        print(json.dumps({"t": time.perf_counter() - t0}), flush=True)
+        print(json.dumps({"t": timed(lambda call=call, arg=arg: call(arg))}), flush=True)
 
 
 class Worker:
@@ -97,7 +102,7 @@ def build(dsn: str, scale: str) -> None:
 
     from langgraph_delta_postgres._local.workloads import build_graph, run_turns
     from langgraph_delta_postgres.bench import loads
-    from langgraph_delta_postgres.bench.common import connect_official
+    from langgraph_delta_postgres.bench.savers import connect_official
     from langgraph_delta_postgres.migrate import migrate
 
     with connect_official(dsn) as off_conn:
@@ -128,8 +133,9 @@ def main() -> None:
         return
     if not args.base:
         ap.error("--base is required")
+    from langgraph_delta_postgres._local.embedded import embedded_postgres
     from langgraph_delta_postgres.bench import loads
-    from langgraph_delta_postgres.cli.postgres import embedded_postgres
+    from langgraph_delta_postgres.bench.timing import Interleaved
 
     with contextlib.ExitStack() as stack:
         dsn = args.dsn or stack.enter_context(embedded_postgres())
@@ -147,19 +153,14 @@ def main() -> None:
                         ):
                             continue
                         req = {"thread": t.key, "case": case, "mode": mode}
-                        a.time(**req), b.time(**req)  # warm-up (plans, caches)
-                        ta: list[float] = []
-                        tb: list[float] = []
-                        for r in range(args.rounds):
-                            first, second = (a, b) if r % 2 == 0 else (b, a)
-                            x, y = first.time(**req), second.time(**req)
-                            ta.append(x if first is a else y)
-                            tb.append(y if first is a else x)
-                        ratios = [q / p for p, q in zip(ta, tb, strict=True)]
+                        iv = Interleaved()  # one warm-up call each (plans, caches)
+                        iv.run({"base": lambda req=req: a.time(**req),
+                                "new": lambda req=req: b.time(**req)},
+                               args.rounds, reported=True)
                         print(f"{t.key:22s} {case:18s} {mode:8s} "
-                              f"{statistics.median(ratios):.3f}x  "
-                              f"(base {statistics.median(ta) * 1e3:.1f}, "
-                              f"new {statistics.median(tb) * 1e3:.1f})", flush=True)
+                              f"{iv.ratio('new', 'base')['median']:.3f}x  "
+                              f"(base {iv.stats('base')['median_ms']:.1f}, "
+                              f"new {iv.stats('new')['median_ms']:.1f})", flush=True)
         finally:
             a.close()
             b.close()

@@ -13,7 +13,8 @@ snapshot_frequency=100)`` from ``langgraph_delta_postgres._local.workloads``) an
 (the adapter as shipped). The script runs ``turns`` turns on a new thread through the
 HTTP API, then counts the statements Postgres logs (``log_statement = 'all'``, set and
 reset here; the DSN must be a superuser's, as the embedded server's is) during
-``GET /threads/{id}/state`` and ``POST /threads/{id}/history`` with ``limit=10``.
+``GET /threads/{id}/state`` and ``POST /threads/{id}/history`` with ``limit=10``, each
+call timed with the bench's ``timed``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from typing import Any
 
 import httpx
 import psycopg
+
+from langgraph_delta_postgres.bench.timing import timed
 
 
 def main() -> None:
@@ -61,9 +64,7 @@ def main() -> None:
         def count(fn: Callable[[], Any]) -> tuple[int, float]:
             time.sleep(0.5)
             start = os.path.getsize(logfile)
-            t0 = time.perf_counter()
-            fn()
-            ms = (time.perf_counter() - t0) * 1000
+            ms = timed(fn) * 1000
             time.sleep(0.5)
             with open(logfile, "rb") as f:
                 f.seek(start)

@@ -7,8 +7,8 @@ measurement shows it a net win.)
 
 ``--prepare`` writes the bench's deepagents session (``langgraph_delta_postgres.bench.
 agent``: scripted model, no network) for ``--turns`` turns on thread ``base`` of database
-NAME (made, migrated and kept). ``--ab N`` then starts N pairs of child processes per
-variant pair, A and B in turn (the order swapped every other pair), each a new Python
+NAME (made, migrated and kept). ``--ab N`` then starts N rounds of child processes, one per
+variant in each round, each a new Python
 process that opens the saver the way the README tells users to
 (``DeltaPostgresSaver.from_conn_string(dsn, pool_size=4)``) and does one piece of work:
 
@@ -19,11 +19,13 @@ process that opens the saver the way the README tells users to
 Variants: ``as-is`` (the package as shipped), ``no-pause`` (``gc_paused`` replaced by a
 context that does nothing), ``plain-pickle`` (a proven model pickled by pickle's own
 reduction, ``BUILD`` + ``__setstate__``, instead of one ``_model`` call; the proven-types
-check unchanged). Each child times its work with ``time.perf_counter`` from before the
+check unchanged). Each child times its work with the bench's ``timed`` from before the
 work to after a final ``gc.collect()`` (so a collection the pause moved is counted
-wherever it lands) and reports its process CPU time; the parent times the child as a
-whole process. Printed: per variant the medians, and per pair the median of pair-by-pair
-ratios B/A (above 1: the variant B is slower, so what it removes was a win).
+wherever it lands) and reports its process CPU time; the parent runs the children in the
+bench's ``Interleaved`` rounds (the variants' order rotating round by round), which
+time each child as a whole process. Printed: per variant the medians, and per pair the
+median of pair-by-pair ratios B/A (above 1: the variant B is slower, so what it removes
+was a win).
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ import contextlib
 import gc
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -44,8 +45,9 @@ import psycopg
 from psycopg import sql
 
 from langgraph_delta_postgres import DeltaPostgresSaver
-from langgraph_delta_postgres.bench.agent import SCALES, _cfg, _turn_inputs, build_agent
-from langgraph_delta_postgres.bench.common import _dsn_with
+from langgraph_delta_postgres.bench.agent.session import SCALES, _cfg, _turn_inputs, build_agent
+from langgraph_delta_postgres.bench.databases import _dsn_with
+from langgraph_delta_postgres.bench.timing import Interleaved, timed
 
 VARIANTS = ("as-is", "no-pause", "plain-pickle")
 MORE_TURNS = 10
@@ -80,18 +82,24 @@ def child(dsn: str, variant: str, work: str) -> None:
             thread = f"t-{uuid.uuid4().hex[:8]}"
             saver.copy_thread("base", thread)
             start = len(graph.get_state(_cfg(thread)).values["messages"])
-            t0, c0 = time.perf_counter(), time.process_time()
-            for i in range(MORE_TURNS):
-                graph.invoke(_turn_inputs(1000 + start + i), _cfg(thread))
+
+            def run() -> None:
+                for i in range(MORE_TURNS):
+                    graph.invoke(_turn_inputs(1000 + start + i), _cfg(thread))
+                gc.collect()
         else:
-            t0, c0 = time.perf_counter(), time.process_time()
-            for _ in range(2):
-                n = sum(1 for _ in graph.get_state_history(_cfg("base")))
-            for _ in range(10):
-                graph.get_state(_cfg("base"))
-            assert n > 0
-        gc.collect()
-        work_s, work_cpu = time.perf_counter() - t0, time.process_time() - c0
+
+            def run() -> None:
+                for _ in range(2):
+                    n = sum(1 for _ in graph.get_state_history(_cfg("base")))
+                for _ in range(10):
+                    graph.get_state(_cfg("base"))
+                assert n > 0
+                gc.collect()
+
+        c0 = time.process_time()
+        work_s = timed(run)
+        work_cpu = time.process_time() - c0
         if work == "turns":
             saver.delete_thread(thread)
     print(json.dumps({"work_s": work_s, "work_cpu_s": work_cpu,
@@ -117,30 +125,34 @@ def prepare(dsn: str, db: str, turns: int) -> str:
 
 def ab(dsn: str, pairs: int, work: str, variants: list[str]) -> None:
     base, others = variants[0], variants[1:]
-    res: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
-    for p in range(pairs):
-        order = variants if p % 2 == 0 else list(reversed(variants))
-        for v in order:
-            t0 = time.perf_counter()
-            out = subprocess.run(
-                [sys.executable, __file__, "--child", "--dsn", dsn, "--variant", v,
-                 "--work", work],
-                capture_output=True, text=True, check=True, env=os.environ,
-            )
-            got = json.loads(out.stdout.strip().splitlines()[-1])
-            got["process_s"] = time.perf_counter() - t0
-            res[v].append(got)
-        print(f"pair {p + 1}/{pairs}: " + ", ".join(
-            f"{v} {res[v][-1]['work_s'] * 1000:.0f} ms" for v in variants), flush=True)
+    iv = Interleaved()  # the whole child processes' times; the children's own, beside
+
+    def run_child(v: str) -> None:
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", "--dsn", dsn, "--variant", v,
+             "--work", work],
+            capture_output=True, text=True, check=True, env=os.environ,
+        )
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        for key in ("work_s", "work_cpu_s"):
+            iv.samples.setdefault(f"{v} {key}", []).append(got[key])
+        done = [len(iv.samples.get(f"{x} work_s", [])) for x in variants]
+        if min(done) == max(done):  # a round complete
+            print(f"pair {done[0]}/{pairs}: " + ", ".join(
+                f"{x} {iv.samples[f'{x} work_s'][-1] * 1000:.0f} ms" for x in variants),
+                flush=True)
+
+    iv.run({v: (lambda v=v: run_child(v)) for v in variants}, pairs, warmup=0)
     print(f"\n{work}: medians over {pairs} runs (load average {os.getloadavg()[0]:.2f} at the end)")
     for v in variants:
-        print(f"  {v}: work {statistics.median(r['work_s'] for r in res[v]) * 1000:.0f} ms, "
-              f"work CPU {statistics.median(r['work_cpu_s'] for r in res[v]) * 1000:.0f} ms, "
-              f"whole process {statistics.median(r['process_s'] for r in res[v]):.2f} s")
+        print(f"  {v}: work {iv.stats(f'{v} work_s')['median_ms']:.0f} ms, "
+              f"work CPU {iv.stats(f'{v} work_cpu_s')['median_ms']:.0f} ms, "
+              f"whole process {iv.stats(v)['median_ms'] / 1000:.2f} s")
     for v in others:
-        for key in ("work_s", "work_cpu_s", "process_s"):
-            ratio = statistics.median(
-                b[key] / a[key] for a, b in zip(res[base], res[v], strict=True))
+        for key, a, b in (("work_s", f"{base} work_s", f"{v} work_s"),
+                          ("work_cpu_s", f"{base} work_cpu_s", f"{v} work_cpu_s"),
+                          ("process_s", base, v)):
+            ratio = iv.ratio(b, a)["median"]
             print(f"  {v}/{base} {key}: {ratio:.3f}x (median of pair-by-pair ratios)")
 
 

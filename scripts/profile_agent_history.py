@@ -11,7 +11,9 @@ and the official saver in one scratch database, dropped afterwards). Then, per r
 saver (interleaved, as the bench's ``history_all``): one whole pass keeping every
 entry's values (as the bench does), timed with the collector on, the collections each
 generation ran and their time (``gc.callbacks``); and the same pass with the collector
-off. Prints medians (s). ``--ahead-rows``: how many rows the listing answers ahead
+off. The rounds are the bench's ``Interleaved`` (a ``gc.collect()`` before each pass),
+without its ``gc.freeze``: the collections' cost over all the process holds is what is
+measured. Prints medians (s). ``--ahead-rows``: how many rows the listing answers ahead
 (``_ops/listed.py``, ``AHEAD_ROWS``; 0: one answer at a time, as before the read-ahead).
 A diagnostic: the speed claim is the bench's.
 """
@@ -31,8 +33,9 @@ from langgraph.checkpoint.postgres import PostgresSaver
 
 from langgraph_delta_postgres import DeltaPostgresSaver
 from langgraph_delta_postgres._ops import listed
-from langgraph_delta_postgres.bench.agent import _cfg, session_graphs
-from langgraph_delta_postgres.bench.common import scratch_pair
+from langgraph_delta_postgres.bench.agent.session import _cfg, session_graphs
+from langgraph_delta_postgres.bench.databases import scratch_pair
+from langgraph_delta_postgres.bench.timing import Interleaved, summary
 
 
 class GcClock:
@@ -73,6 +76,7 @@ def main() -> None:
     listed.AHEAD_ROWS = args.ahead_rows
     clock = GcClock()
     rows: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    iv = Interleaved()
     with scratch_pair(args.dsn, f"hist_{uuid.uuid4().hex[:8]}") as (ours_conn, off_conn):
         savers: dict[str, Any] = {
             "ours": DeltaPostgresSaver(ours_conn), "official": PostgresSaver(off_conn),
@@ -81,24 +85,29 @@ def main() -> None:
         graphs = session_graphs(savers, args.turns)
         names = list(savers)
         entries = {k: whole_pass(graphs[k], f"agent-{k}") for k in names}  # warm-up
-        for r in range(args.rounds):
-            for k in names[r % 3:] + names[: r % 3]:
-                for collector in ("on", "off"):
-                    gc.collect()
-                    clock.reset()
-                    clock.on = True
-                    if collector == "off":
-                        gc.disable()
-                    t0 = time.perf_counter()
-                    whole_pass(graphs[k], f"agent-{k}")
-                    took = time.perf_counter() - t0
-                    gc.enable()
-                    clock.on = False
-                    rows[k][f"pass_{collector}"].append(took)
-                    if collector == "on":
-                        rows[k]["gc"].append(sum(clock.seconds.values()))
-                        for gen, name in enumerate(("young", "middle", "full")):
-                            rows[k][name].append(clock.count.get(gen, 0))
+
+        def case(k: str, collector: str) -> tuple[Any, Any, Any]:
+            def prepare() -> None:
+                if collector == "off":
+                    gc.disable()
+
+            def call(_: None) -> None:
+                clock.reset()
+                clock.on = True
+                whole_pass(graphs[k], f"agent-{k}")
+
+            def finish(_: None) -> None:
+                gc.enable()
+                clock.on = False
+                if collector == "on":
+                    rows[k]["gc"].append(sum(clock.seconds.values()))
+                    for gen, name in enumerate(("young", "middle", "full")):
+                        rows[k][name].append(clock.count.get(gen, 0))
+
+            return prepare, call, finish
+
+        iv.run({f"{k} {c}": case(k, c) for k in names for c in ("on", "off")}, args.rounds,
+               warmup=0, freeze=False)
     print(f"whole get_state_history pass, {args.turns}-turn deepagents session, warm "
           f"savers, median of {args.rounds} interleaved rounds, ours answering "
           f"{args.ahead_rows} rows ahead\n")
@@ -106,10 +115,11 @@ def main() -> None:
           "full | pass, collector off (s) |")
     print("|---|---|---|---|---|---|")
     for k in names:
-        m = {what: statistics.median(v) for what, v in rows[k].items()}
-        print(f"| {k} | {entries[k]} | {m['pass_on']:.2f} | {m['gc']:.2f} | "
-              f"{m['young']:.0f} / {m['middle']:.0f} / {m['full']:.0f} | "
-              f"{m['pass_off']:.2f} |")
+        n = {what: statistics.median(v) for what, v in rows[k].items()}  # counts
+        print(f"| {k} | {entries[k]} | {iv.stats(f'{k} on')['median_ms'] / 1000:.2f} | "
+              f"{summary(rows[k]['gc'])['median_ms'] / 1000:.2f} | "
+              f"{n['young']:.0f} / {n['middle']:.0f} / {n['full']:.0f} | "
+              f"{iv.stats(f'{k} off')['median_ms'] / 1000:.2f} |")
 
 
 if __name__ == "__main__":

@@ -8,10 +8,11 @@ model, no network) for ``--turns`` turns on ours (``DeltaPostgresSaver``), the o
 embedded Postgres, in a scratch schema for ours and the official saver's tables in a
 scratch database... both in one scratch database, dropped afterwards), then times
 ``graph.get_state`` of the head, warm (the saver that ran the session), in interleaved
-rounds. Each saver's methods that LangGraph calls during ``get_state`` (``get_tuple``,
-``get_delta_channel_history``) are wrapped with a timer: "saver" is the time inside
-them, "langgraph" the rest of the call (building the channels, replaying the delta
-writes with the reducer, preparing the next tasks, the snapshot). Prints medians (ms)
+rounds (the bench's ``Interleaved``). Each saver's methods that LangGraph calls during
+``get_state`` (``get_tuple``, ``get_delta_channel_history``) are wrapped with a timer:
+"saver" is the time inside them, "langgraph" the rest of the call (building the
+channels, replaying the delta writes with the reducer, preparing the next tasks, the
+snapshot). Prints medians (ms)
 and the ceiling each saver's LangGraph part puts on official/ours.
 """
 
@@ -19,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import gc
 import pstats
-import statistics
 import time
 import uuid
 from collections.abc import Callable
@@ -31,8 +30,9 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.postgres import PostgresSaver
 
 from langgraph_delta_postgres import DeltaPostgresSaver
-from langgraph_delta_postgres.bench.agent import _cfg, session_graphs
-from langgraph_delta_postgres.bench.common import scratch_pair
+from langgraph_delta_postgres.bench.agent.session import _cfg, session_graphs
+from langgraph_delta_postgres.bench.databases import scratch_pair
+from langgraph_delta_postgres.bench.timing import Interleaved, summary
 
 TIMED = ("get_tuple", "get_delta_channel_history")
 
@@ -73,31 +73,39 @@ def main() -> None:
         }
         graphs = session_graphs(savers, args.turns)
         clocks = {k: SaverClock(s) for k, s in savers.items()}
-        total: dict[str, list[float]] = {k: [] for k in savers}
         inside: dict[str, list[float]] = {k: [] for k in savers}
         names = list(savers)
         for k in names:  # warm-up, untimed
             graphs[k].get_state(_cfg(f"agent-{k}"))
-        for r in range(args.rounds):
-            for k in names[r % 3:] + names[: r % 3]:
-                gc.collect()
+
+        def case(k: str) -> tuple[Any, Any, Any]:
+            def prepare() -> None:
                 clocks[k].seconds = 0.0
+
+            def call(_: None) -> None:
                 if prof is not None and k == "ours":
                     prof.enable()
-                t0 = time.perf_counter()
                 graphs[k].get_state(_cfg(f"agent-{k}"))
-                total[k].append(time.perf_counter() - t0)
                 if prof is not None and k == "ours":
                     prof.disable()
+
+            def finish(_: None) -> None:
                 inside[k].append(clocks[k].seconds)
+
+            return prepare, call, finish
+
+        iv = Interleaved()
+        iv.run({k: case(k) for k in names}, args.rounds, warmup=0)
+        total = iv.samples
     print(f"get_state of the head, warm, {args.turns}-turn deepagents session, median of "
           f"{args.rounds} interleaved rounds (ms)\n")
     print("| saver | get_state | inside the saver | LangGraph's own |")
     print("|---|---|---|---|")
     med = {}
     for k in names:
-        t, s = statistics.median(total[k]), statistics.median(inside[k])
-        lg = statistics.median([a - b for a, b in zip(total[k], inside[k], strict=True)])
+        t = iv.stats(k)["median_ms"] / 1000
+        s = summary(inside[k])["median_ms"] / 1000
+        lg = summary([a - b for a, b in zip(total[k], inside[k], strict=True)])["median_ms"] / 1000
         med[k] = (t, s, lg)
         print(f"| {k} | {t * 1000:.2f} | {s * 1000:.2f} | {lg * 1000:.2f} |")
     t_off, _, _ = med["official"]
@@ -105,8 +113,7 @@ def main() -> None:
     print(f"\nofficial/ours {t_off / med['ours'][0]:.2f}x; ours/InMemorySaver "
           f"{med['ours'][0] / med['inmemory'][0]:.2f}x; ceiling (ours' saver part at 0): "
           f"official/ours {t_off / lg_ours:.2f}x")
-    pairs = [a / b for a, b in zip(total["official"], total["ours"], strict=True)]
-    print(f"round-by-round official/ours: {statistics.median(pairs):.2f}x")
+    print(f"round-by-round official/ours: {iv.ratio('official', 'ours')['median']:.2f}x")
     if prof is not None:
         print("\nours, cProfile of the timed calls (all rounds), by internal time:")
         pstats.Stats(prof).sort_stats("tottime").print_stats(15)

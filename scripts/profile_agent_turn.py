@@ -9,13 +9,15 @@ model, no network) for ``--turns`` turns on ours (``DeltaPostgresSaver``), the o
 saver method LangGraph calls during ``invoke`` is wrapped with a timer and a counter.
 Prints, per saver, the median turn, the median time inside the saver per turn, and each
 method's calls and milliseconds per turn (medians over the second half of the session).
+The turns run in the bench's ``Interleaved`` rounds (turn i on every saver before turn
+i + 1, a ``gc.collect()`` before each), without its ``gc.freeze``, as the bench's agent
+section times its turns.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
-import gc
 import pstats
 import statistics
 import threading
@@ -29,8 +31,9 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.postgres import PostgresSaver
 
 from langgraph_delta_postgres import DeltaPostgresSaver
-from langgraph_delta_postgres.bench.agent import SCALES, _cfg, _turn_inputs, build_agent
-from langgraph_delta_postgres.bench.common import scratch_pair
+from langgraph_delta_postgres.bench.agent.session import SCALES, _cfg, _turn_inputs, build_agent
+from langgraph_delta_postgres.bench.databases import scratch_pair
+from langgraph_delta_postgres.bench.timing import Interleaved, ratio_summary, summary
 
 TIMED = ("get_tuple", "get_delta_channel_history", "put", "put_writes", "list")
 
@@ -96,7 +99,7 @@ def main() -> None:
                     help="also print cProfile's top functions of ours' saver calls")
     args = ap.parse_args()
     prof = cProfile.Profile() if args.cprofile else None
-    rows: dict[str, list[tuple[float, dict[str, float], dict[str, int]]]] = defaultdict(list)
+    rows: dict[str, list[tuple[dict[str, float], dict[str, int]]]] = defaultdict(list)
     cpu: dict[str, list[float]] = defaultdict(list)
     exit_wait: dict[str, list[float]] = defaultdict(list)
     waits = ExitWait()
@@ -109,43 +112,52 @@ def main() -> None:
         tokens = SCALES["full"].max_input_tokens
         graphs = {k: build_agent(s, tokens)[0] for k, s in savers.items()}
         names = list(savers)
-        for i in range(args.turns):
-            for k in names[i % 3:] + names[: i % 3]:
-                gc.collect()
+        c0: dict[str, float] = {}
+
+        def case(k: str) -> tuple[Any, Any, Any]:
+            def prepare() -> int:  # this saver's next turn
                 clocks[k].reset()
                 waits.seconds = 0.0
-                t0, c0 = time.perf_counter(), time.process_time()
+                return len(rows[k])
+
+            def call(i: int) -> None:
+                c0[k] = time.process_time()
                 graphs[k].invoke(_turn_inputs(i), _cfg(f"agent-{k}"))
-                rows[k].append((time.perf_counter() - t0, dict(clocks[k].seconds),
-                                dict(clocks[k].calls)))
-                cpu[k].append(time.process_time() - c0)
+                cpu[k].append(time.process_time() - c0[k])
+
+            def finish(_: int) -> None:
+                rows[k].append((dict(clocks[k].seconds), dict(clocks[k].calls)))
                 exit_wait[k].append(waits.seconds)
+
+            return prepare, call, finish
+
+        iv = Interleaved()
+        iv.run({k: case(k) for k in names}, args.turns, warmup=0, freeze=False)
     half = args.turns // 2
     print(f"{args.turns}-turn deepagents session, medians over turns {half}-{args.turns} (ms)\n")
     print("| saver | turn | process CPU | waiting at the run's end | inside the saver | rest | "
           + " | ".join(TIMED) + " |")
     print("|---|---|---|---|---|---|" + "---|" * len(TIMED))
     for k in names:
-        tail = rows[k][half:]
-        turn = statistics.median(t for t, _, _ in tail)
-        inside = statistics.median(sum(s.values()) for _, s, _ in tail)
-        rest = statistics.median(t - sum(s.values()) for t, s, _ in tail)
+        tail = [(t, s, c) for t, (s, c) in zip(iv.samples[k], rows[k], strict=True)][half:]
+
+        def med_ms(xs: list[float]) -> float:
+            return summary(xs)["median_ms"]
+
         cells = []
         for m in TIMED:
-            ms = statistics.median(s.get(m, 0.0) for _, s, _ in tail) * 1000
-            n = statistics.median(c.get(m, 0) for _, _, c in tail)
+            ms = med_ms([s.get(m, 0.0) for _, s, _ in tail])
+            n = statistics.median(c.get(m, 0) for _, _, c in tail)  # calls, not a time
             cells.append(f"{ms:.2f} ({n:g})")
-        proc = statistics.median(cpu[k][half:])
-        ew = statistics.median(exit_wait[k][half:])
-        print(f"| {k} | {turn * 1000:.2f} | {proc * 1000:.2f} | {ew * 1000:.2f} | "
-              f"{inside * 1000:.2f} | "
-              f"{rest * 1000:.2f} | "
+        print(f"| {k} | {med_ms([t for t, _, _ in tail]):.2f} "
+              f"| {med_ms(cpu[k][half:]):.2f} | {med_ms(exit_wait[k][half:]):.2f} | "
+              f"{med_ms([sum(s.values()) for _, s, _ in tail]):.2f} | "
+              f"{med_ms([t - sum(s.values()) for t, s, _ in tail]):.2f} | "
               + " | ".join(cells) + " |")
-    pairs = [a[0] / b[0] for a, b in zip(rows["ours"][half:], rows["official"][half:],
-                                         strict=True)]
-    print(f"\nturn by turn ours/official: {statistics.median(pairs):.2f}x (second half); all "
-          "turns " + str(round(statistics.median(
-              a[0] / b[0] for a, b in zip(rows["ours"], rows["official"], strict=True)), 2)) + "x")
+    ours, official = iv.samples["ours"], iv.samples["official"]
+    second = ratio_summary([a / b for a, b in zip(ours[half:], official[half:], strict=True)])
+    print(f"\nturn by turn ours/official: {second['median']:.2f}x (second half); all "
+          f"turns {round(iv.ratio('ours', 'official')['median'], 2)}x")
     if prof is not None:
         print("\nours, cProfile of the saver calls (all turns), by internal time:")
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)

@@ -15,7 +15,9 @@ fast path: no value kept as its blob). Then, in ``--ab`` interleaved rounds, the
 ``get_state_history`` pass, with proven models pickled as one ``_model`` call
 ("copies") and by pickle's own reduction, ``BUILD`` + ``__setstate__`` ("pickle": the
 proven-types check the same). Prints medians (ms) and medians of pair-by-pair ratios. A
-diagnostic: the speed claims are the bench's.
+diagnostic: the speed claims are the bench's. Every timing goes through the bench's
+harness (``Interleaved``: rounds in rotating order, ratios round by round; a copy is timed
+as ``PER_SAMPLE`` calls, the collector off).
 
 ``--db NAME``: the session in database NAME of the server at --dsn (made on the first
 run, kept). With ``--times-only``, only the saver's timings with the
@@ -34,7 +36,6 @@ import gc
 import json
 import pickle
 import statistics
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -44,17 +45,30 @@ from psycopg import sql
 import langgraph_delta_postgres
 from langgraph_delta_postgres import DeltaPostgresSaver
 from langgraph_delta_postgres._cache import copies
-from langgraph_delta_postgres.bench.agent import SCALES, _cfg, build_agent, session_graphs
-from langgraph_delta_postgres.bench.common import _dsn_with, connect_ours, scratch_pair
+from langgraph_delta_postgres.bench.agent.session import SCALES, _cfg, build_agent, session_graphs
+from langgraph_delta_postgres.bench.databases import _dsn_with, scratch_pair
+from langgraph_delta_postgres.bench.savers import connect_ours
+from langgraph_delta_postgres.bench.timing import Interleaved
 
 THREAD = _cfg("agent-ours")  # session_graphs' thread of the saver named "ours"
 
 
-def per_call_ms(fn: Any, arg: Any, n: int) -> float:
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn(arg)
-    return (time.perf_counter() - t0) / n * 1000
+#: calls of a copy per timed sample (one takes about 2 ms)
+PER_SAMPLE = 5
+
+
+def calls(fn: Any, arg: Any) -> Callable[[], None]:
+    """A timed sample of ``fn(arg)``: PER_SAMPLE calls."""
+
+    def run() -> None:
+        for _ in range(PER_SAMPLE):
+            fn(arg)
+
+    return run
+
+
+def per_call_ms(iv: Interleaved, name: str) -> float:
+    return iv.stats(name)["median_ms"] / PER_SAMPLE
 
 
 def main() -> None:
@@ -104,26 +118,23 @@ def against(value: Any, path: str, rounds: int) -> None:
 
     theirs, ours = other.dumps(value), copies.dumps(value)
     assert other_loads(theirs) == _copy_loads(ours) == value
-    times: dict[str, list[float]] = {k: [] for k in ("dumps", "loads")}
+    iv = Interleaved()
     gc.disable()
     try:
-        for r in range(rounds):
-            pair = {}
-            for who in (("other", "ours") if r % 2 else ("ours", "other")):
-                if who == "ours":
-                    pair[who] = (per_call_ms(copies.dumps, value, 5),
-                                 per_call_ms(_copy_loads, ours, 5))
-                else:
-                    pair[who] = (per_call_ms(other.dumps, value, 5),
-                                 per_call_ms(other_loads, theirs, 5))
-            times["dumps"].append(pair["ours"][0] / pair["other"][0])
-            times["loads"].append(pair["ours"][1] / pair["other"][1])
+        iv.run({"ours dumps": calls(copies.dumps, value),
+                "ours loads": calls(_copy_loads, ours),
+                "other dumps": calls(other.dumps, value),
+                "other loads": calls(other_loads, theirs)}, rounds, warmup=0)
     finally:
         gc.enable()
-    for k, v in times.items():
-        print(f"{k}: this checkout / {path}, median of pairs: {statistics.median(v):.3f}x "
-              f"(quartiles {statistics.quantiles(v, n=4)[0]:.3f}-"
-              f"{statistics.quantiles(v, n=4)[2]:.3f})")
+    for k in ("dumps", "loads"):
+        r = iv.ratio(f"ours {k}", f"other {k}")
+        # the quartiles of the same pair-by-pair ratios (_cache/copies.py quotes them)
+        pairs = [x / y for x, y in zip(iv.samples[f"ours {k}"], iv.samples[f"other {k}"],
+                                        strict=True)]
+        q = statistics.quantiles(pairs, n=4) if len(pairs) > 1 else [r["median"]] * 3
+        print(f"{k}: this checkout / {path}, median of pairs: {r['median']:.3f}x "
+              f"(quartiles {q[0]:.3f}-{q[2]:.3f}; {r['min']:.3f}-{r['max']:.3f})")
 
 
 @contextlib.contextmanager
@@ -165,23 +176,20 @@ def micro(value: Any, rounds: int) -> None:
         got = _copy_loads(data)
         assert got == value and [type(m) for m in got] == [type(m) for m in value]
         assert [vars(m) for m in got] == [vars(m) for m in value]
-    times: dict[str, list[float]] = {k: [] for k in ("dumps", "copies.dumps", "loads",
-                                                     "copies.loads")}
+    iv = Interleaved()
     gc.disable()
     try:
-        for _ in range(rounds):
-            times["dumps"].append(per_call_ms(lambda v: pickle.dumps(v, protocol=5), value, 5))
-            times["copies.dumps"].append(per_call_ms(copies.dumps, value, 5))
-            times["loads"].append(per_call_ms(pickle.loads, plain, 5))
-            times["copies.loads"].append(per_call_ms(_copy_loads, ours, 5))
+        iv.run({"dumps": calls(lambda v: pickle.dumps(v, protocol=5), value),
+                "copies.dumps": calls(copies.dumps, value),
+                "loads": calls(pickle.loads, plain),
+                "copies.loads": calls(_copy_loads, ours)}, rounds, warmup=0)
     finally:
         gc.enable()
     print(f"{len(value)} messages; pickle {len(plain):,} bytes, copies {len(ours):,} bytes")
-    for k, v in times.items():
-        print(f"{k}: {statistics.median(v):.2f} ms")
+    for k in iv.samples:
+        print(f"{k}: {per_call_ms(iv, k):.2f} ms")
     for a, b in (("loads", "copies.loads"), ("dumps", "copies.dumps")):
-        ratio = statistics.median(x / y for x, y in zip(times[a], times[b], strict=True))
-        print(f"{a} / {b}, median of pairs: {ratio:.2f}x")
+        print(f"{a} / {b}, median of pairs: {iv.ratio(a, b)['median']:.2f}x")
 
 
 _ONE_CALL = copies._Pickler.reducer_override
@@ -213,21 +221,21 @@ def ab(new_graph: Any, rounds: int) -> None:
             use(one_call)
             warm[name] = new_graph()
             op(warm[name])
-        times: dict[str, list[float]] = {name: [] for name in variants}
-        for r in range(rounds):
-            for name in list(variants)[r % 2:] + list(variants)[: r % 2]:
+
+        def case(name: str, op: Callable[[Any], Any] = op, what: str = what,
+                 warm: dict[str, Any] = warm) -> Any:
+            def prepare() -> Any:
                 use(variants[name])
-                g = warm[name] if "warm" in what else new_graph()
-                gc.collect()
-                t0 = time.perf_counter()
-                got = op(g)
-                times[name].append(time.perf_counter() - t0)
-                del got
+                return warm[name] if "warm" in what else new_graph()
+
+            return prepare, op
+
+        iv = Interleaved()  # the two variants alternate round by round
+        iv.run({name: case(name) for name in variants}, rounds, warmup=0)
         use(True)
-        pairs = zip(times["pickle"], times["copies"], strict=True)
-        ratio = statistics.median(a / b for a, b in pairs)
-        print(f"{what}: pickle {statistics.median(times['pickle']) * 1000:.1f} ms, copies "
-              f"{statistics.median(times['copies']) * 1000:.1f} ms, pickle/copies {ratio:.2f}x")
+        print(f"{what}: pickle {iv.stats('pickle')['median_ms']:.1f} ms, copies "
+              f"{iv.stats('copies')['median_ms']:.1f} ms, pickle/copies "
+              f"{iv.ratio('pickle', 'copies')['median']:.2f}x")
 
 
 def times_only(conn: Any, graph: Any, rounds: int) -> None:
@@ -235,27 +243,26 @@ def times_only(conn: Any, graph: Any, rounds: int) -> None:
     first), and of a copy of the head's messages with this checkout's copies."""
     value = graph.get_state(THREAD).values["messages"]
     data = copies.dumps(value)
+    iv = Interleaved()
     gc.disable()
     try:
-        copy_ms = statistics.median(per_call_ms(_copy_loads, data, 5) for _ in range(50))
-        dumps_ms = statistics.median(per_call_ms(copies.dumps, value, 5) for _ in range(50))
+        iv.run({"copies.loads": calls(_copy_loads, data),
+                "copies.dumps": calls(copies.dumps, value)}, 50, warmup=0)
     finally:
         gc.enable()
     out: dict[str, Any] = {"package": langgraph_delta_postgres.__file__,
-                           "copies.loads": copy_ms, "copies.dumps": dumps_ms}
+                           "copies.loads": per_call_ms(iv, "copies.loads"),
+                           "copies.dumps": per_call_ms(iv, "copies.dumps")}
     warm = graph.copy({"checkpointer": DeltaPostgresSaver(conn)})
     for what, op in OPS.items():
-        if "warm" in what:
-            op(warm)
-        ts = []
-        for _ in range(rounds):
-            g = warm if "warm" in what else graph.copy({"checkpointer": DeltaPostgresSaver(conn)})
-            gc.collect()
-            t0 = time.perf_counter()
-            got = op(g)
-            ts.append((time.perf_counter() - t0) * 1000)
-            del got
-        out[what] = statistics.median(ts)
+        def make(what: str = what) -> Any:
+            if "warm" in what:
+                return warm
+            return graph.copy({"checkpointer": DeltaPostgresSaver(conn)})
+
+        ops = Interleaved()  # the warm saver warmed by one call first
+        ops.run({what: (make, op)}, rounds, warmup=1 if "warm" in what else 0)
+        out[what] = ops.stats(what)["median_ms"]
     print(json.dumps(out))
 
 

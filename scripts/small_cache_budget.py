@@ -17,7 +17,7 @@ bucket may take, and ``--admit`` the rule for giving a thread without a bucket o
 ``tinylfu``, the saver's, see _cache/policy.py "Admission"; ``doorkeeper``, from its second
 call on, least recently used evicted; ``always``, every thread that fits MAX_SHARE, as
 before admission existed, to compare admission rules); rounds are interleaved
-(``bench.common.Interleaved``) and the ratio to ``cache_bytes=0`` is taken round by
+(``bench.timing.Interleaved``) and the ratio to ``cache_bytes=0`` is taken round by
 round. Without --dsn it uses the embedded Postgres.
 """
 
@@ -33,8 +33,9 @@ import psycopg
 from langgraph_delta_postgres import DeltaPostgresSaver
 from langgraph_delta_postgres._connect import DEFAULT_CACHE_BYTES
 from langgraph_delta_postgres._local.embedded import embedded_postgres
-from langgraph_delta_postgres.bench.common import Interleaved, connect_ours
 from langgraph_delta_postgres.bench.rows import copy_threads, write_chain
+from langgraph_delta_postgres.bench.savers import connect_ours
+from langgraph_delta_postgres.bench.timing import Interleaved
 from langgraph_delta_postgres.migrate import migrate
 
 CHANNELS = ["messages", "files"]

@@ -18,9 +18,10 @@ three ways, each labelled in the table:
 - *warm*: one saver per K kept across rounds and loaded once before the first (untimed),
   so the cache answers (a server that served the thread before).
 
-Median of ``--rounds`` rounds (7); in each round the frequencies, checkpoints and ways are
-interleaved (the order rotates every round) and every timed call starts right after
-``gc.collect()`` (not timed), as in ``langgraph-delta-pg bench``. A second table gives each
+Median of ``--rounds`` rounds (7), timed by ``langgraph-delta-pg bench``'s harness
+(``Interleaved``): in each round the frequencies, checkpoints and ways are interleaved
+(the order rotates every round) and every timed call starts right after ``gc.collect()``
+(not timed). A second table gives each
 K's time over the default K's (100, or the first K listed) in the same round, the median
 of those round-by-round ratios: on a shared machine it moves less than the times do. A
 third gives cold and warm over cache_bytes=0 at the same K and checkpoint, the same way.
@@ -31,9 +32,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
-import statistics
-import time
 import uuid
 from typing import Any
 
@@ -43,6 +41,7 @@ from psycopg.rows import dict_row
 from langgraph_delta_postgres import DeltaPostgresSaver
 from langgraph_delta_postgres._local.embedded import embedded_postgres
 from langgraph_delta_postgres._local.workloads import WORKLOADS, build_graph, run_turns
+from langgraph_delta_postgres.bench.timing import Interleaved
 from langgraph_delta_postgres.cli.inspect import thread_bytes, walk_depths
 from langgraph_delta_postgres.cli.inspect_text import human_bytes
 
@@ -85,22 +84,26 @@ def main() -> None:
             )
             rows[k] = {"bytes": thread_bytes(conn, schema, f"k{k}"), "depth": depth,
                        "deep": deep["checkpoint_id"]}
-            rows[k].update({(point, way): [] for point in POINTS for way in WAYS})
         warm = {k: DeltaPostgresSaver(conn, schema=schema) for k in ks}
-        calls = [(k, point, way) for k in ks for point in POINTS for way in WAYS]
-        for k, point, _ in calls:  # fill the warm savers' caches (untimed)
-            _get_state(args.workload, warm[k], k, rows[k], point)
-        for r in range(args.rounds):
-            shift = r * len(calls) // args.rounds
-            for k, point, way in calls[shift:] + calls[:shift]:
+
+        def case(k: int, point: str, way: str) -> tuple[Any, Any]:
+            def prepare() -> Any:  # a freshly compiled graph (not timed)
                 if way == "warm":
                     saver_k = warm[k]
                 else:
                     # a new saver: its cache starts empty (cold) or is off (nocache)
                     kw = {"cache_bytes": 0} if way == "nocache" else {}
                     saver_k = DeltaPostgresSaver(conn, schema=schema, **kw)
-                rows[k][(point, way)].append(
-                    _get_state(args.workload, saver_k, k, rows[k], point))
+                return build_graph(args.workload, saver_k, snapshot_frequency=k)
+
+            conf: dict[str, Any] = {"thread_id": f"k{k}"}
+            if point == "deepest":
+                conf["checkpoint_id"] = rows[k]["deep"]
+            return prepare, lambda graph: graph.get_state({"configurable": conf})
+
+        iv = Interleaved()  # one untimed call each first: it fills the warm savers' caches
+        iv.run({_name(k, point, way): case(k, point, way)
+                for k in ks for point in POINTS for way in WAYS}, args.rounds)
     print(f"{args.workload}, {args.turns} turns, DeltaPostgresSaver, get_state on a freshly "
           f"compiled graph, median of {args.rounds} interleaved rounds (ms). cold: a new saver "
           "per call (empty cache); cache_bytes=0: a new saver without cache; warm: one "
@@ -111,7 +114,7 @@ def main() -> None:
     for k in ks:
         r = rows[k]
         print(f"| {k} | {human_bytes(r['bytes'])} | {r['depth']} "
-              + "".join(f"| {statistics.median(r[(point, way)]):.1f} "
+              + "".join(f"| {iv.stats(_name(k, point, way))['median_ms']:.1f} "
                         for point in POINTS for way in WAYS) + "|")
     ref = 100 if 100 in ks else ks[0]
     print(f"\nTime over K={ref}'s, median of the round-by-round ratios:\n")
@@ -120,8 +123,9 @@ def main() -> None:
     print("|---|" + "---|" * (len(POINTS) * len(WAYS)))
     keys = [(point, way) for point in POINTS for way in WAYS]
     for k in ks:
-        print(f"| {k} " + "".join(f"| {_ratio(rows[k][key], rows[ref][key]):.2f}x "
-                                  for key in keys) + "|")
+        print(f"| {k} " + "".join(
+            f"| {iv.ratio(_name(k, *key), _name(ref, *key))['median']:.2f}x " for key in keys)
+            + "|")
     print("\nEach way over cache_bytes=0 at the same K and checkpoint, median of the "
           "round-by-round ratios:\n")
     others = [way for way in WAYS if way != "nocache"]
@@ -130,26 +134,13 @@ def main() -> None:
     print("|---|" + "---|" * (len(POINTS) * len(others)))
     for k in ks:
         print(f"| {k} " + "".join(
-            f"| {_ratio(rows[k][(point, way)], rows[k][(point, 'nocache')]):.2f}x "
+            f"| {iv.ratio(_name(k, point, way), _name(k, point, 'nocache'))['median']:.2f}x "
             for point in POINTS for way in others) + "|")
 
 
-def _ratio(times: list[float], ref: list[float]) -> float:
-    """The median of the round-by-round ratios (the lists hold one time per round)."""
-    return statistics.median([a / b for a, b in zip(times, ref, strict=True)])
-
-
-def _get_state(workload: str, saver: DeltaPostgresSaver, k: int, row: dict[str, Any],
-               point: str) -> float:
-    """One timed ``get_state`` (ms) of thread ``k{k}`` at ``point`` on a new graph."""
-    conf: dict[str, Any] = {"thread_id": f"k{k}"}
-    if point == "deepest":
-        conf["checkpoint_id"] = row["deep"]
-    graph = build_graph(workload, saver, snapshot_frequency=k)
-    gc.collect()
-    t0 = time.perf_counter()
-    graph.get_state({"configurable": conf})
-    return (time.perf_counter() - t0) * 1000
+def _name(k: int, point: str, way: str) -> str:
+    """The name of a timed call in the rounds."""
+    return f"K={k} {point} {way}"
 
 
 if __name__ == "__main__":

@@ -10,14 +10,10 @@ from typing import Any
 import psycopg
 
 from .._local.workloads import build_graph, user_input
-from .common import (
-    Interleaved,
-    Savers,
-    storage_bytes,
-    summary,
-    thread_payload_bytes,
-)
+from .databases import storage_bytes, thread_payload_bytes
 from .micro import count_call
+from .savers import Savers
+from .timing import Interleaved, summary
 
 
 @dataclass(frozen=True)

@@ -38,8 +38,9 @@ from .. import DeltaPostgresSaver
 from .._compat import _DeltaSnapshot
 from .._connect import DEFAULT_PREPARE_THRESHOLD
 from .._local.workloads import build_graph, user_input
-from .common import ONE_CONNECTION, Interleaved, ratio_summary, summary
 from .rows import copy_threads, write_chain
+from .savers import ONE_CONNECTION
+from .timing import Interleaved, ratio_summary, summary
 
 LIST_LIMITS = (1, 10)
 #: how the section opens its savers (the "opened" field of its results)
@@ -330,7 +331,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from .._local.embedded import embedded_postgres
     from ..migrate import migrate
-    from .common import freeze_autovacuum, scratch_database
+    from .databases import freeze_autovacuum, scratch_database
 
     args = sys.argv[1:] if argv is None else argv
     scale = SCALES[args[0] if args else "full"]

@@ -37,7 +37,8 @@ from langchain_core.runnables import RunnableConfig
 from .. import DeltaPostgresSaver
 from .._local.workloads import build_graph, run_turns
 from ..migrate import migrate
-from .common import NEW_CONNECTION, ONE_CONNECTION, Interleaved, NewSavers
+from .savers import NEW_CONNECTION, ONE_CONNECTION, NewSavers
+from .timing import Interleaved
 
 RESUME_LOOP = 45
 PAGE = 10
@@ -84,7 +85,7 @@ def _chain_tail(conn: psycopg.Connection[Any], thread_id: str, n: int) -> list[s
     return [r[0] for r in rows]
 
 
-#: (prepare, timed call) for :meth:`.common.Interleaved.run` (scripts/ab_versions.py
+#: (prepare, timed call) for :meth:`.timing.Interleaved.run` (scripts/ab_versions.py
 #: calls these of two checkouts alike: keep their signatures)
 Timed = tuple[Callable[[], Any], Callable[[Any], Any]]
 #: (make, finish): the saver a round reads through, and what runs after its call

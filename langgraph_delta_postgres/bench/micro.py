@@ -15,9 +15,10 @@ from psycopg.rows import dict_row
 from .. import DeltaPostgresSaver
 from .._cache import NO_PLAN
 from .._local.workloads import build_graph, run_turns
-from .common import Interleaved, Savers, StatementCounter
 from .proxy import LatencyProxy
 from .rows import Branch, copy_threads, write_chain
+from .savers import Savers, StatementCounter
+from .timing import Interleaved
 
 CHANNELS = ("messages", "files", "notes", "todos")
 

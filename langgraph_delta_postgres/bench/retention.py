@@ -34,7 +34,8 @@ from psycopg import sql
 from langgraph_delta_postgres import DeltaPostgresSaver, PruneStats
 from langgraph_delta_postgres._local.workloads import build_graph, run_turns
 
-from .common import ONE_CONNECTION, TABLES, thread_payload_bytes
+from .databases import TABLES, thread_payload_bytes
+from .savers import ONE_CONNECTION
 
 #: scale name -> (turns of the storage thread, threads of the throughput run)
 SIZES = {"full": (200, 10_000), "quick": (30, 500), "tiny": (16, 40)}
@@ -254,7 +255,7 @@ def run_alone(
 ) -> dict[str, Any]:
     """``langgraph-delta-pg bench --only retention``: this part alone, on a scratch
     database of the same server the full run uses."""
-    from .common import section_database
+    from .databases import section_database
 
     with section_database(args, scale, server, command, frozen=True) as (res, dsn, _):
         res["retention"] = run_retention(dsn, scale, lambda m: print(m, flush=True))

@@ -46,7 +46,7 @@ from langgraph.types import Send
 
 from langgraph_delta_postgres import DeltaPostgresSaver
 
-from .common import ONE_CONNECTION, aopen_saver, official_pooled, open_saver, pooled
+from .savers import ONE_CONNECTION, aopen_saver, official_pooled, open_saver, pooled
 
 TASKS = 16
 NODES = 8
@@ -318,17 +318,17 @@ def run_alone(
 
     from langgraph.checkpoint.postgres import PostgresSaver
 
-    from .common import scratch_database, section_database
-    from .load import _loadavg
+    from .databases import scratch_database, section_database
+    from .machine import loadavg
 
     with section_database(args, scale, server, command) as (res, dsn, server_dsn), \
             scratch_database(server_dsn, uuid.uuid4().hex[:10]) as (off_dsn, _):
         with PostgresSaver.from_conn_string(off_dsn) as off:
             off.setup()
-        res["load_before"] = _loadavg()
+        res["load_before"] = loadavg()
         res["writes"] = run_writes({"ours": dsn, "official": off_dsn}, scale,
                                    lambda m: print(m, flush=True))
-        res["load_after"] = _loadavg()
+        res["load_after"] = loadavg()
     w = res["writes"]
     print(
         f"writes ({command}; load average {res['load_before']} -> {res['load_after']}): "

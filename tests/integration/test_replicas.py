@@ -704,7 +704,7 @@ def test_bench_section_runs(dsn: str, replica_dsn: str, standby: Standby) -> Non
     """``bench --only replicas`` at its tiny scale, on the test database and standby: it
     completes, the readers' pages were served, and with the replica the readers' reads
     went to it (the figures themselves come from the bench, not from this test)."""
-    from langgraph_delta_postgres.bench.replicas import run_replicas
+    from langgraph_delta_postgres.bench.replicas.section import run_replicas
 
     res = run_replicas(dsn, dsn, "tiny", lambda m: None, standby)
     (pair,) = res["rounds"]

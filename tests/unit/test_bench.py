@@ -277,7 +277,7 @@ def test_each_timed_call_starts_after_a_full_collection() -> None:
     made due by the garbage of the calls before it; the collection is not timed."""
     import gc
 
-    from langgraph_delta_postgres.bench.common import Interleaved
+    from langgraph_delta_postgres.bench.timing import Interleaved
 
     events: list[str] = []
 
@@ -305,10 +305,32 @@ def test_each_timed_call_starts_after_a_full_collection() -> None:
     assert frozen_during and all(n > 0 for n in frozen_during)
     assert gc.get_freeze_count() == 0
     calls = [e for e in events if e in ("a", "b")]
-    assert calls == ["a", "b", "a", "b"]
+    assert calls == ["a", "b", "b", "a"]  # two callables alternate round by round
     for i, e in enumerate(events):
         if e in ("a", "b"):
             assert events[i - 1] == "collect", events
+
+
+def test_interleaved_orders_and_reported_samples() -> None:
+    """Two callables alternate (A B, B A): neither is always first in its round; three
+    rotate, every other round reversed. With ``reported``, a call's return value (seconds
+    it measured elsewhere, e.g. in a worker process) is its sample, and ratios are taken
+    round by round on those."""
+    from langgraph_delta_postgres.bench.timing import Interleaved
+
+    seen: list[str] = []
+    Interleaved().run({k: (lambda k=k: seen.append(k)) for k in "ab"}, 4, warmup=0)
+    assert seen == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    seen.clear()
+    Interleaved().run({k: (lambda k=k: seen.append(k)) for k in "abc"}, 4, warmup=0)
+    assert seen == [*"abc", *"acb", *"cab", *"cba"]
+
+    iv = Interleaved()
+    told = {"a": iter([0.010, 0.020, 0.030]), "b": iter([0.020, 0.060, 0.030])}
+    iv.run({k: (lambda k=k: next(told[k])) for k in "ab"}, 3, warmup=0, reported=True)
+    assert iv.samples == {"a": [0.010, 0.020, 0.030], "b": [0.020, 0.060, 0.030]}
+    assert iv.stats("a")["median_ms"] == pytest.approx(20.0)
+    assert iv.ratio("b", "a") == pytest.approx({"median": 2.0, "min": 1.0, "max": 3.0, "n": 3})
 
 
 def test_only_agent(pg_server: PgServer, tmp_path: Path) -> None:
@@ -356,7 +378,8 @@ def test_load_p99_is_the_nearest_rank() -> None:
     """The load section's p99 is the nearest-rank percentile: of 100 turns the second
     slowest (one outlier does not decide it), of 40 or fewer the slowest; and the full
     scale runs at least 100 turns per run, so that its p99 is not one turn."""
-    from langgraph_delta_postgres.bench.load import SCALES, _pcts
+    from langgraph_delta_postgres.bench.load.scale import SCALES
+    from langgraph_delta_postgres.bench.load.sessions import _pcts
 
     hundred = [i / 1000 for i in range(1, 101)]
     assert _pcts(hundred)["p99"] == pytest.approx(99.0)

@@ -76,16 +76,6 @@ def test_the_check_sees_an_import_at_any_depth_and_relative(tmp_path: Path) -> N
 # ---------------------------------------------------------------------- module size
 
 MAX_LINES = 400
-#: Modules still over MAX_LINES, by their path in the package. The bench split (issue 39)
-#: removes them; take a module off as it lands (the test below fails until it is).
-OVER_FOR_NOW = {
-    "bench/load.py",
-    "bench/report.py",
-    "bench/common.py",
-    "bench/replicas.py",
-    "bench/main.py",
-    "bench/agent.py",
-}
 
 
 def _generated() -> set[str]:
@@ -115,12 +105,8 @@ def test_the_generated_modules_are_read_from_the_generator() -> None:
 
 
 def test_no_module_is_over_the_limit() -> None:
-    assert _over(PACKAGE, _generated() | OVER_FOR_NOW) == {}
+    assert _over(PACKAGE, _generated()) == {}
 
-
-def test_the_allow_list_holds_only_modules_still_over_the_limit() -> None:
-    lines = _lines(PACKAGE)
-    assert {rel for rel in OVER_FOR_NOW if lines.get(rel, 0) <= MAX_LINES} == set()
 
 
 def test_the_size_check_counts_lines(tmp_path: Path) -> None:

@@ -236,7 +236,7 @@ def test_benchmark_pages_are_the_report_of_the_kept_run() -> None:
     report renders from docs/img/benchmarks.json (``bench --out docs`` writes both, plots
     in docs/img/): no figure on either page is edited by hand or from another run, and
     the detail's plots are found from docs/design/."""
-    from langgraph_delta_postgres.bench import report
+    from langgraph_delta_postgres.bench.report import page as report
 
     assert f"docs/{report.DETAIL}" == _GENERATED[1]
     res = json.loads((ROOT / "docs/img/benchmarks.json").read_text(encoding="utf-8"))

@@ -1,79 +1,21 @@
-"""A real agent workload: a ``deepagents`` coding session driven by a scripted model.
-
-``deepagents.create_deep_agent`` (0.7.x) builds its state with ``DeltaChannel`` on
-``messages`` (``DeepAgentState``, ``snapshot_frequency=50``) and on ``files``
-(``FilesystemState``, ``snapshot_frequency=50``); the rest (the summarization event and
-session id) are ``LastValue`` fields. The model is :class:`.scripted_model.ScriptedChatModel`
-(no network, deterministic): each user turn is answered with ``write_file`` /
-``read_file`` / ``edit_file`` / ``ls`` / ``write_todos`` calls, every tenth turn hands a
-subtask to the general-purpose subagent (``task``), and a small context window
-(``profile={"max_input_tokens": ...}``) makes deepagents' summarization middleware
-trigger every few turns (it calls the same scripted model for the summary).
-
-Each saver runs the same session on its own thread: ours (``DeltaPostgresSaver``), the
-official ``PostgresSaver`` 3.2 and ``InMemorySaver``, turn ``i`` for every saver before
-turn ``i + 1`` (the order rotates each turn), each turn timed as ``invoke``. Then, in
-interleaved rounds (:class:`.common.Interleaved`), through the graph:
-
-* ``get_state`` of the thread's head: ours on the saver that ran the session (warm), ours
-  on a new saver (its first call, on a connection of its own opened for the round, as a
-  new process has), ours with ``cache_bytes=0``, the official saver that ran the session
-  and a new one (opened for the round as ours), and ``InMemorySaver``; a new saver of
-  ours is compared with a new official one, the others with the one that ran the session;
-* a history page, ``get_state_history(limit=10)``;
-* a whole history pass, every entry of ``get_state_history``.
-
-Every Postgres saver is opened by its ``from_conn_string`` (one connection each; the new
-savers' opening is not timed, and is reported apart as ``open_ms``).
-
-The session also runs, turn by turn in the same rotation, through ``ainvoke`` on
-``AsyncDeltaPostgresSaver`` and the official ``AsyncPostgresSaver`` (each opened by its
-``from_conn_string``, on an event loop of this process), for the turn latency of the
-async savers against the sync ones.
-
-Final states are compared across savers (with generated ids and timestamps -- the
-summarization session id, file timestamps -- normalized: they differ between any two
-runs of the agent, whatever the saver).
-"""
+"""The agent section: the session run turn by turn on every saver (sync and async), the
+loads timed in interleaved rounds, the comparisons, the headline, and
+``bench --only agent``."""
 
 from __future__ import annotations
 
 import gc
-import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.runnables import RunnableConfig
-
-from .. import DeltaPostgresSaver
-from ..migrate import migrate
-from .common import (
-    NEW_CONNECTION,
-    ONE_CONNECTION,
-    Interleaved,
-    NewSavers,
-    ratio_summary,
-    summary,
-)
+from ... import DeltaPostgresSaver
+from ...migrate import migrate
+from ..savers import NEW_CONNECTION, ONE_CONNECTION, NewSavers
+from ..timing import Interleaved, ratio_summary, summary
+from .session import SCALES, _cfg, _turn_inputs, build_agent, normalized
 
 PAGE = 10
-
-
-@dataclass(frozen=True)
-class AgentScale:
-    turns: int
-    max_input_tokens: int  # the scripted model's context window: summarization's trigger
-    rounds: int
-    history_rounds: int
-
-
-SCALES = {
-    "full": AgentScale(150, 20_000, 7, 3),
-    "quick": AgentScale(30, 8_000, 3, 3),
-    "tiny": AgentScale(6, 4_000, 2, 2),
-}
 
 SAVERS_RUN = ("ours", "official", "inmemory")
 #: the same session through ``ainvoke`` on the async savers (turn latency only)
@@ -94,69 +36,6 @@ OPENED = {
 PAIRS = {"ours_warm": "official", "ours": "official_new", "ours_nocache": "official",
          "official_new": "official", "inmemory": "official"}
 
-
-def available() -> bool:
-    """Whether the optional ``agent`` extra (deepagents) is installed."""
-    try:
-        import deepagents  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _cfg(thread_id: str) -> RunnableConfig:
-    return {"configurable": {"thread_id": thread_id}}
-
-
-def build_agent(checkpointer: Any, max_input_tokens: int) -> tuple[Any, Any]:
-    """The deep agent on ``checkpointer`` and its scripted model."""
-    from deepagents import create_deep_agent
-
-    from .scripted_model import ScriptedChatModel
-
-    model = ScriptedChatModel(profile={"max_input_tokens": max_input_tokens})
-    return create_deep_agent(model=model, checkpointer=checkpointer), model
-
-
-def session_graphs(savers: dict[str, Any], turns: int) -> dict[str, Any]:
-    """For the side-by-side scripts: the agent on each saver (full scale's context
-    window), after ``turns`` turns of the session on thread ``agent-<name>``, the savers
-    taking turns."""
-    tokens = SCALES["full"].max_input_tokens
-    graphs = {k: build_agent(s, tokens)[0] for k, s in savers.items()}
-    for i in range(turns):
-        for k, g in graphs.items():
-            g.invoke(_turn_inputs(i), _cfg(f"agent-{k}"))
-    return graphs
-
-
-_UUID = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}")
-_TS = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?([+-]\d{2}:\d{2}|Z)?")
-
-
-def normalized(v: Any) -> Any:
-    """``v`` with generated ids and timestamps replaced by placeholders."""
-    from langchain_core.messages import BaseMessage
-
-    if isinstance(v, BaseMessage):
-        return (type(v).__name__, normalized(v.model_dump()))
-    if isinstance(v, dict):
-        return {normalized(k): normalized(x) for k, x in v.items()}
-    if isinstance(v, list | tuple):
-        return [normalized(x) for x in v]
-    if isinstance(v, str):
-        return _TS.sub("<ts>", _UUID.sub("<id>", v))
-    return v
-
-
-def _turn_inputs(i: int) -> dict[str, Any]:
-    from langchain_core.messages import HumanMessage
-
-    from .scripted_model import user_text
-
-    return {"messages": [HumanMessage(user_text(i), id=f"user-{i}")]}
-
-
 def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str, Any]:
     """``dsn``: an empty database (migrated here; both Postgres savers share it)."""
     import asyncio
@@ -167,7 +46,7 @@ def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str
     from langgraph.checkpoint.postgres import PostgresSaver
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
-    from .. import AsyncDeltaPostgresSaver
+    from ... import AsyncDeltaPostgresSaver
 
     sc = SCALES[scale_name]
     with psycopg.connect(dsn, autocommit=True) as admin:
@@ -383,7 +262,7 @@ def run_alone(
 ) -> dict[str, Any]:
     """``langgraph-delta-pg bench --only agent``: this part alone, on a scratch database
     of the same server the full run uses."""
-    from .common import section_database
+    from ..databases import section_database
 
     with section_database(args, scale, server, command, migrated=False) as (res, dsn, _):
         t0 = time.perf_counter()
