@@ -38,6 +38,7 @@ from .. import DeltaPostgresSaver
 from .._compat import _DeltaSnapshot
 from .._connect import DEFAULT_PREPARE_THRESHOLD
 from .._local.workloads import build_graph, user_input
+from .report.format import _ms, _x
 from .rows import copy_threads, write_chain
 from .savers import ONE_CONNECTION
 from .timing import Interleaved, ratio_summary, summary
@@ -262,18 +263,6 @@ def headline(res: dict[str, Any]) -> dict[str, Any]:
             h[f"big_value_{call}"] = {
                 "mb": big["mb"], "ours_over_official": big[call]["ratio_ours_official"]["median"]}
     return h
-
-
-def _ms(s: dict[str, Any]) -> str:
-    if not s or s.get("n", 0) == 0:
-        return "n/a"
-    return f"{s['median_ms']:.2f} ({s['min_ms']:.2f}-{s['max_ms']:.2f})"
-
-
-def _x(r: dict[str, Any]) -> str:
-    if not r or r.get("n", 0) == 0:
-        return "n/a"
-    return f"{r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f})"
 
 
 def markdown(res: dict[str, Any]) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import operator
 import random
 import socket
@@ -144,15 +145,32 @@ def test_pool_replaces_connections_the_server_closed(dsn: str, pg_server: Any) -
         assert [w[0] for w in tup.pending_writes] == ["after-kill"]
 
 
+def _watch_pool(monkeypatch: Any, pool_class: Any) -> tuple[list[Any], list[Any]]:
+    """The tasks ``pool_class`` gives its workers and the connections it checks, as they
+    happen (the real methods still run)."""
+    tasks: list[Any] = []
+    checks: list[Any] = []
+    real_task, real_check = pool_class.run_task, pool_class.check_connection
+    monkeypatch.setattr(pool_class, "run_task",
+                        lambda self, task: (tasks.append(task), real_task(self, task))[1])
+    if inspect.iscoroutinefunction(real_check):
+        async def acheck(conn: Any) -> None:
+            checks.append(conn)
+            await real_check(conn)
+
+        monkeypatch.setattr(pool_class, "check_connection", staticmethod(acheck))
+    else:
+        monkeypatch.setattr(pool_class, "check_connection",
+                            staticmethod(lambda conn: (checks.append(conn), real_check(conn))))
+    return tasks, checks
+
+
 def test_pool_checks_no_healthy_connection(dsn: str, monkeypatch: Any) -> None:
     """A connection used within the last seconds is lent without a round trip of its
     own (issue 37: a warm get_state cost 1 statement and 2 checks)."""
     from psycopg_pool import ConnectionPool
 
-    checks: list[Any] = []
-    real = ConnectionPool.check_connection
-    monkeypatch.setattr(ConnectionPool, "check_connection",
-                        staticmethod(lambda conn: (checks.append(conn), real(conn))))
+    _, checks = _watch_pool(monkeypatch, ConnectionPool)
     with DeltaPostgresSaver.from_conn_string(dsn, pool_size=2) as saver:
         (c,) = put_chain_sync(saver, "t", 1)
         saver.get_tuple(c)
@@ -175,14 +193,7 @@ def test_pool_returns_connections_without_a_worker_and_checks_idle_ones(
 
     from langgraph_delta_postgres import _connect
 
-    tasks: list[Any] = []
-    real_task = ConnectionPool.run_task
-    monkeypatch.setattr(ConnectionPool, "run_task",
-                        lambda self, task: (tasks.append(task), real_task(self, task))[1])
-    checks: list[Any] = []
-    real = ConnectionPool.check_connection
-    monkeypatch.setattr(ConnectionPool, "check_connection",
-                        staticmethod(lambda conn: (checks.append(conn), real(conn))))
+    tasks, checks = _watch_pool(monkeypatch, ConnectionPool)
     with DeltaPostgresSaver.from_conn_string(dsn, pool_size=1) as saver:
         (c,) = put_chain_sync(saver, "t", 1)
         tasks.clear()
@@ -207,18 +218,7 @@ async def test_async_pool_returns_connections_without_a_worker_and_checks_idle_o
 
     from langgraph_delta_postgres import _connect
 
-    tasks: list[Any] = []
-    real_task = AsyncConnectionPool.run_task
-    monkeypatch.setattr(AsyncConnectionPool, "run_task",
-                        lambda self, task: (tasks.append(task), real_task(self, task))[1])
-    checks: list[Any] = []
-    real = AsyncConnectionPool.check_connection
-
-    async def counted(conn: Any) -> None:
-        checks.append(conn)
-        await real(conn)
-
-    monkeypatch.setattr(AsyncConnectionPool, "check_connection", staticmethod(counted))
+    tasks, checks = _watch_pool(monkeypatch, AsyncConnectionPool)
     with psycopg.connect(dsn, autocommit=True) as conn:
         (c,) = put_chain_sync(DeltaPostgresSaver(conn), "t-async", 1)
     async with AsyncDeltaPostgresSaver.from_conn_string(dsn, pool_size=1) as saver:

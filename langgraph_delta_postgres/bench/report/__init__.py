@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .agent import agent_section
+from .format import page_head
 from .page import DETAIL, detail_markdown, markdown
 from .plots import plots
 
@@ -17,14 +18,7 @@ def write_agent_report(res: dict[str, Any], out: Path) -> Path:
     """``--only agent --out DIR``: DIR/agent.md, the agent section alone."""
     mach = res["machine"]
     L = [
-        "# Benchmark: a real agent workload",
-        "",
-        "Every figure on this page was produced by one run of:",
-        "",
-        "```sh",
-        res["command"],
-        "```",
-        "",
+        *page_head("Benchmark: a real agent workload", res),
         f"Scale `{res['scale']}`, took {res['agent']['seconds']:.0f} s, on "
         f"{res['database']['source']} ({res['database']['scratch']}, dropped afterwards); "
         f"{mach['cpu_model']}, {mach['cpu_cores']} cores; Python {mach['python']}; Postgres "
@@ -62,8 +56,7 @@ def write_load_report(res: dict[str, Any], out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     images = load_plot(res, out / "img")
     mach = res["machine"]
-    L = ["# Benchmarks: load", "", "Every figure on this page was produced by one run of:", "",
-         "```sh", res["command"], "```", "",
+    L = [*page_head("Benchmarks: load", res),
          f"Scale `{res['scale']}`, took {res['seconds']:.0f} s, on "
          f"{res['database']['source']} ({res['database']['scratch']}, dropped afterwards); "
          f"{mach['cpu_model']}, {mach['cpu_cores']} cores; Postgres "

@@ -42,3 +42,10 @@ def _met(value: float, want: float | None) -> str:
     if want is None:
         return "-"
     return f">= {want}x: {'yes' if value >= want else 'no'}"
+
+
+def page_head(title: str, res: dict[str, Any]) -> list[str]:
+    """The top of every page the report writes: its title and the command whose one run
+    produced every figure on it."""
+    return [f"# {title}", "", "Every figure on this page was produced by one run of:", "",
+            "```sh", res["command"], "```", ""]

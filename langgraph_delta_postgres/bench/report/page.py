@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .agent import agent_section
-from .format import _mb, _ms, _saver_name, _x
+from .format import _mb, _ms, _saver_name, _x, page_head
 from .loads import loads_section
 
 
@@ -105,14 +105,7 @@ def markdown(res: dict[str, Any], img_rel: str, images: list[Path]) -> str:
     L: list[str] = []
     mach = res["machine"]
     L += [
-        "# Benchmarks",
-        "",
-        "Every figure on this page was produced by one run of:",
-        "",
-        "```sh",
-        res["command"],
-        "```",
-        "",
+        *page_head("Benchmarks", res),
         _run_line(res),
         "",
         "The same run's per-section detail (every history micro-benchmark, the workloads' "
@@ -217,14 +210,7 @@ def detail_markdown(res: dict[str, Any], img_rel: str, images: list[Path]) -> st
     rtts = list(res["select1_rtt"])
     back = "../" * DETAIL.count("/") + "benchmarks.md"
     L: list[str] = [
-        "# Benchmarks: per-section detail",
-        "",
-        "Every figure on this page was produced by one run of:",
-        "",
-        "```sh",
-        res["command"],
-        "```",
-        "",
+        *page_head("Benchmarks: per-section detail", res),
         _run_line(res),
         "",
         f"The summary of the same run, its machine and its method: [{back}]({back}).",
