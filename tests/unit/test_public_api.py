@@ -218,5 +218,6 @@ def test_import_loads_the_library_alone() -> None:
     assert "langgraph_delta_postgres.saver" in loaded
     assert "langgraph_delta_postgres.aio" in loaded
     tools = [m for m in loaded if m.startswith(("langgraph_delta_postgres.cli",
-                                                "langgraph_delta_postgres.bench"))]
+                                                "langgraph_delta_postgres.bench",
+                                                "langgraph_delta_postgres._local"))]
     assert tools == []
