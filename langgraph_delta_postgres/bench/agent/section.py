@@ -108,6 +108,11 @@ def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str
                 [a / b for a, b in zip(lat["ours"], lat["official"], strict=True)]),
             "ours_over_inmemory": ratio_summary(
                 [a / b for a, b in zip(lat["ours"], lat["inmemory"], strict=True)]),
+            # the first 30 turns: a 30-turn session of the same agent (issue 37's figure)
+            "ours_over_inmemory_first_30": ratio_summary(
+                [a / b for a, b in zip(lat["ours"], lat["inmemory"], strict=True)][:30]),
+            "ours_over_inmemory_2nd_half": ratio_summary(
+                [a / b for a, b in zip(lat["ours"], lat["inmemory"], strict=True)][sc.turns // 2:]),
             # the second half: the turns where the thread is long (the loads that grow)
             "ours_over_official_2nd_half": ratio_summary(
                 [a / b for a, b in zip(lat["ours"], lat["official"], strict=True)][sc.turns // 2:]),
@@ -237,7 +242,9 @@ def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str
         log(
             f"  agent turns: ours/official {tl['ours_over_official']['median']:.2f}x "
             f"(2nd half {tl['ours_over_official_2nd_half']['median']:.2f}x), "
-            f"ours/InMemorySaver {tl['ours_over_inmemory']['median']:.2f}x; async: ours "
+            f"ours/InMemorySaver {tl['ours_over_inmemory']['median']:.2f}x (first 30 "
+            f"{tl['ours_over_inmemory_first_30']['median']:.2f}x, 2nd half "
+            f"{tl['ours_over_inmemory_2nd_half']['median']:.2f}x); async: ours "
             f"async/ours sync {tl['ours_async_over_ours']['median']:.2f}x (2nd half "
             f"{tl['ours_async_over_ours_2nd_half']['median']:.2f}x), ours async/official "
             f"async {tl['ours_async_over_official_async']['median']:.2f}x (2nd half "
