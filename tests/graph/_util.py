@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import random
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from unittest import mock
 
 import psycopg
 from langchain_core.runnables import RunnableConfig
@@ -257,20 +259,18 @@ def skewed_clock(hours: float = 1.0) -> Iterator[None]:
     process, so a child made here sorts below the parent made before (langgraph#8550)."""
     from langgraph.checkpoint.base import id as id_mod
 
-    real = id_mod.time
     shift = int(hours * 3600 * 1e9)
 
     class _Behind:
         @staticmethod
         def time_ns() -> int:
-            return real.time_ns() - shift
+            return time.time_ns() - shift  # the real clock: id.py's `time` is the stdlib's
 
     id_mod._last_v6_timestamp = None
-    id_mod.time = _Behind  # type: ignore[assignment]
     try:
-        yield
+        with mock.patch.object(id_mod, "time", _Behind):  # id.py's module-level `time`
+            yield
     finally:
-        id_mod.time = real
         id_mod._last_v6_timestamp = None
 
 

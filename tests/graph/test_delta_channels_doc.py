@@ -8,11 +8,19 @@ from __future__ import annotations
 import inspect
 import re
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypedDict, get_type_hints
 
 import pytest
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    HumanMessage,
+    MessageLikeRepresentation,
+    RemoveMessage,
+)
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -70,7 +78,7 @@ def is_uuid(s: Any) -> bool:
 def canon_messages(msgs: list[AnyMessage]) -> list[tuple[str, Any, str]]:
     """Messages compared across savers: a LangGraph-made id (a uuid, random per run)
     is compared as ``uuid``."""
-    out = []
+    out: list[tuple[str, Any, str]] = []
     for m in msgs:
         assert m.id, f"a message without an id: {m!r}"
         out.append((m.type, m.content, "uuid" if is_uuid(m.id) else m.id))
@@ -82,8 +90,8 @@ def chat_builder(state: type) -> StateGraph[Any]:
     by id, ``remove <id>`` / ``remove first-human`` removes one, ``clear`` removes all;
     anything else gets an AI reply (with an id of its own)."""
 
-    def chat(s: Any) -> dict[str, Any]:
-        msgs = s["messages"]
+    def chat(state: Any) -> dict[str, Any]:  # "state": the name langgraph's stub types
+        msgs = state["messages"]
         last = msgs[-1].content if msgs else ""
         n = len(msgs)
         if last.startswith("replace "):
@@ -99,7 +107,7 @@ def chat_builder(state: type) -> StateGraph[Any]:
         return {"messages": [AIMessage(content=f"reply {n}", id=f"ai-{n}")]}
 
     g: StateGraph[Any] = StateGraph(state)
-    g.add_node("chat", chat)  # type: ignore[call-overload]  # langgraph stub: arg named "state"
+    g.add_node("chat", chat)
     g.add_edge(START, "chat")
     return g
 
@@ -228,7 +236,8 @@ def test_a_wrapper_of_the_reducer_loses_the_ids_of_strings() -> None:
     reducer = ns["_messages_delta_reducer"]
 
     def wrapped(value: list[Any], writes: list[Any]) -> list[Any]:
-        return reducer(value, writes)
+        merged: list[Any] = reducer(value, writes)
+        return merged
 
     Wrapped = TypedDict(  # noqa: UP013 (class syntax would leave `wrapped` unresolved)
         "Wrapped",
@@ -252,12 +261,18 @@ def test_add_messages_is_not_deterministic_and_raises_on_unknown_ids() -> None:
     _, ns = page_state("Messages")
     reducer = ns["_messages_delta_reducer"]
     m = HumanMessage(content="x")
-    assert add_messages([], [m])[0].id != add_messages([], [HumanMessage(content="x")])[0].id
+    one: list[MessageLikeRepresentation] = [m]
+    other: list[MessageLikeRepresentation] = [HumanMessage(content="x")]
+    a, b = add_messages([], one), add_messages([], other)
+    assert isinstance(a, list) and isinstance(a[0], BaseMessage)  # stub: any Messages
+    assert isinstance(b, list) and isinstance(b[0], BaseMessage)
+    assert a[0].id != b[0].id
     assert reducer([], [[HumanMessage(content="x")]])[0].id is None  # makes none up
-    kept = [HumanMessage(content="a", id="a")]
+    kept: list[MessageLikeRepresentation] = [HumanMessage(content="a", id="a")]
     assert reducer(kept, [[RemoveMessage(id="nope")]]) == kept
+    nope: list[MessageLikeRepresentation] = [RemoveMessage(id="nope")]
     with pytest.raises(ValueError):
-        add_messages(kept, [RemoveMessage(id="nope")])
+        add_messages(kept, nope)
     # batching-invariant, as DeltaChannel requires
     xs = [[HumanMessage(content="b", id="b")], ("user", "c")]
     ys = [[RemoveMessage(id="a"), AIMessage(content="b2", id="b")]]
@@ -280,12 +295,12 @@ def test_the_page_declares_langgraphs_own_object() -> None:
 
 
 def files_builder(state: type) -> StateGraph[Any]:
-    def write(s: Any) -> dict[str, Any]:
-        n = len(s["files"])
+    def write(state: Any) -> dict[str, Any]:  # "state": the name langgraph's stub types
+        n = len(state["files"])
         return {"files": {f"/out/{n}.txt": f"made at {n}", "/notes.md": f"notes {n}"}}
 
     g: StateGraph[Any] = StateGraph(state)
-    g.add_node("write", write)  # type: ignore[call-overload]  # langgraph stub: arg named "state"
+    g.add_node("write", write)
     g.add_edge(START, "write")
     return g
 
@@ -303,16 +318,16 @@ def files_inputs() -> list[dict[str, Any]]:
 
 
 def list_builder(state: type) -> StateGraph[Any]:
-    def log(s: Any) -> dict[str, Any]:
-        return {"log": f"seen {len(s['log'])}"}  # a single item
+    def log(state: Any) -> dict[str, Any]:  # "state": the name langgraph's stub types
+        return {"log": f"seen {len(state['log'])}"}  # a single item
 
     g: StateGraph[Any] = StateGraph(state)
-    g.add_node("log", log)  # type: ignore[call-overload]  # langgraph stub: arg named "state"
+    g.add_node("log", log)
     g.add_edge(START, "log")
     return g
 
 
-CASES = {
+CASES: dict[str, tuple[Callable[[type], StateGraph[Any]], str, Callable[[], list[Any]]]] = {
     # heading: (builder, field, inputs)
     "A file map": (files_builder, "files", files_inputs),
     "A plain list": (list_builder, "log", lambda: [[f"a{i}", f"b{i}"] for i in range(110)]),

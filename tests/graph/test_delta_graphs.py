@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import operator
+from collections.abc import Sequence
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -37,25 +38,25 @@ def fanout_builder(freq: int) -> StateGraph[Any]:
         total=False,
     )
 
-    def start(s: Any) -> dict[str, Any]:
-        n = s.get("turns", 0)
+    def start(state: Any) -> dict[str, Any]:
+        n = state.get("turns", 0)
         return {"items": [f"start{n}"], "turns": n + 1}
 
-    def a(s: Any) -> dict[str, Any]:
-        return {"items": [f"a{len(s['items'])}"]}
+    def a(state: Any) -> dict[str, Any]:
+        return {"items": [f"a{len(state['items'])}"]}
 
-    def b(s: Any) -> dict[str, Any]:
-        return {"items": [f"b{len(s['items'])}", "b-second"]}
+    def b(state: Any) -> dict[str, Any]:
+        return {"items": [f"b{len(state['items'])}", "b-second"]}
 
-    def c(s: Any) -> dict[str, Any]:
-        return {"items": f"c{len(s['items'])}"}
+    def c(state: Any) -> dict[str, Any]:
+        return {"items": f"c{len(state['items'])}"}
 
-    def join(s: Any) -> dict[str, Any]:
-        return {"items": [f"join{len(s['items'])}"]}
+    def join(state: Any) -> dict[str, Any]:
+        return {"items": [f"join{len(state['items'])}"]}
 
     g = StateGraph(S)
     for name, fn in (("start", start), ("a", a), ("b", b), ("c", c), ("join", join)):
-        g.add_node(name, fn)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
+        g.add_node(name, fn)  # nodes' argument: "state", as langgraph's stub names it
     g.add_edge(START, "start")
     for n in ("a", "b", "c"):
         g.add_edge("start", n)
@@ -129,21 +130,21 @@ def interrupt_builder() -> StateGraph[Any]:
         total=False,
     )
 
-    def prep(s: Any) -> dict[str, Any]:
-        return {"items": [f"prep{len(s.get('items', []))}"]}
+    def prep(state: Any) -> dict[str, Any]:
+        return {"items": [f"prep{len(state.get('items', []))}"]}
 
-    def ask(s: Any) -> dict[str, Any]:
-        answer = interrupt({"q": len(s["items"])})
+    def ask(state: Any) -> dict[str, Any]:
+        answer = interrupt({"q": len(state["items"])})
         return {"items": [f"ans:{answer}"]}
 
-    def side1(s: Any) -> dict[str, Any]:
+    def side1(state: Any) -> dict[str, Any]:
         return {"items": ["side1"]}
 
-    def side2(s: Any) -> dict[str, Any]:
-        return {"items": ["side2", len(s["items"])]}
+    def side2(state: Any) -> dict[str, Any]:
+        return {"items": ["side2", len(state["items"])]}
 
-    def after(s: Any) -> dict[str, Any]:
-        return {"items": [f"after{len(s['items'])}"]}
+    def after(state: Any) -> dict[str, Any]:
+        return {"items": [f"after{len(state['items'])}"]}
 
     g = StateGraph(S)
     for name, fn in (
@@ -153,7 +154,7 @@ def interrupt_builder() -> StateGraph[Any]:
         ("side2", side2),
         ("after", after),
     ):
-        g.add_node(name, fn)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
+        g.add_node(name, fn)
     g.add_edge(START, "prep")
     for n in ("ask", "side1", "side2"):
         g.add_edge("prep", n)
@@ -194,20 +195,20 @@ def subgraph_builder() -> StateGraph[Any]:
         total=False,
     )
 
-    def s1(s: Any) -> dict[str, Any]:
-        return {"inner": [f"s1-{len(s.get('inner', []))}"], "items": ["from-sub"]}
+    def s1(state: Any) -> dict[str, Any]:
+        return {"inner": [f"s1-{len(state.get('inner', []))}"], "items": ["from-sub"]}
 
-    def s2(s: Any) -> dict[str, Any]:
+    def s2(state: Any) -> dict[str, Any]:
         ans = interrupt("sub?")
         return {"inner": [f"s2-{ans}"]}
 
-    def s3(s: Any) -> dict[str, Any]:
-        return {"items": [f"s3-{len(s['inner'])}"]}
+    def s3(state: Any) -> dict[str, Any]:
+        return {"items": [f"s3-{len(state['inner'])}"]}
 
     sub = StateGraph(Sub)
-    sub.add_node("s1", s1)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
-    sub.add_node("s2", s2)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
-    sub.add_node("s3", s3)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
+    sub.add_node("s1", s1)
+    sub.add_node("s2", s2)
+    sub.add_node("s3", s3)
     sub.add_edge(START, "s1")
     sub.add_edge("s1", "s2")
     sub.add_edge("s2", "s3")
@@ -219,16 +220,16 @@ def subgraph_builder() -> StateGraph[Any]:
         total=False,
     )
 
-    def p1(s: Any) -> dict[str, Any]:
-        return {"items": [f"p1-{len(s.get('items', []))}"]}
+    def p1(state: Any) -> dict[str, Any]:
+        return {"items": [f"p1-{len(state.get('items', []))}"]}
 
-    def p2(s: Any) -> dict[str, Any]:
-        return {"items": [f"p2-{len(s['items'])}"]}
+    def p2(state: Any) -> dict[str, Any]:
+        return {"items": [f"p2-{len(state['items'])}"]}
 
     g = StateGraph(P)
-    g.add_node("p1", p1)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
+    g.add_node("p1", p1)
     g.add_node("sub", sub.compile())
-    g.add_node("p2", p2)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
+    g.add_node("p2", p2)
     g.add_edge(START, "p1")
     g.add_edge("p1", "sub")
     g.add_edge("sub", "p2")
@@ -256,7 +257,7 @@ async def test_subgraph_with_own_delta_channel(dsn: str, saver_factory: SaverFac
 # --------------------------------------------------------------------- switching channel type
 
 
-def messages_reducer(state: list[AnyMessage], writes: list[Any]) -> list[AnyMessage]:
+def messages_reducer(state: list[AnyMessage], writes: Sequence[Any]) -> list[AnyMessage]:
     return functools.reduce(add_messages, writes, state)  # type: ignore[arg-type]
 
 
@@ -271,15 +272,17 @@ def chat_builder(delta: bool) -> StateGraph[Any]:
         log = Annotated[list[Any], operator.add]
     S = TypedDict("S", {"messages": messages, "log": log})  # noqa: UP013
 
-    def chat(s: Any) -> dict[str, Any]:
-        n = len(s["messages"])
+    def chat(state: Any) -> dict[str, Any]:
+        n = len(state["messages"])
         return {
-            "messages": [AIMessage(content=f"reply to {s['messages'][-1].content}", id=f"ai{n}")],
+            "messages": [
+                AIMessage(content=f"reply to {state['messages'][-1].content}", id=f"ai{n}")
+            ],
             "log": [n],
         }
 
     g = StateGraph(S)
-    g.add_node("chat", chat)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
+    g.add_node("chat", chat)
     g.add_edge(START, "chat")
     g.add_edge("chat", END)
     return g

@@ -61,7 +61,9 @@ from tests.graph._util import official_saver
 
 def _handles_remove_all() -> bool:
     out = _messages_delta_reducer(
-        [HumanMessage(content="x", id="x")], [[RemoveMessage(id=REMOVE_ALL_MESSAGES)]]
+        [HumanMessage(content="x", id="x")],
+        # langgraph's stub types the writes without RemoveMessage, which the reducer handles
+        [[RemoveMessage(id=REMOVE_ALL_MESSAGES)]],  # type: ignore[list-item]
     )
     return out == []
 
@@ -92,7 +94,12 @@ def builder(
     fields: dict[str, Any] = {"cmd": str, "turn": Annotated[int, operator.add]}
     if messages == "delta":
         fields["messages"] = Annotated[
-            list[AnyMessage], DeltaChannel(_messages_delta_reducer, snapshot_frequency=freq)
+            list[AnyMessage],
+            DeltaChannel(
+                # langgraph's stub: the reducer takes lists, DeltaChannel types a Sequence
+                _messages_delta_reducer,  # type: ignore[arg-type]
+                snapshot_frequency=freq,
+            ),
         ]
     elif messages == "plain":
         fields["messages"] = Annotated[list[AnyMessage], add_messages]
@@ -104,25 +111,25 @@ def builder(
         fields["items"] = Annotated[list[Any], operator.add]
     S = TypedDict("S", fields, total=False)  # type: ignore[misc]  # noqa: UP013
 
-    def chat(s: Any) -> dict[str, Any]:
-        n, cmd = s.get("turn", 0), s.get("cmd", "")
-        reply = AIMessage(content=f"reply{n} to {len(s.get('messages', []))}", id=f"ai{n}")
+    def chat(state: Any) -> dict[str, Any]:
+        n, cmd = state.get("turn", 0), state.get("cmd", "")
+        reply = AIMessage(content=f"reply{n} to {len(state.get('messages', []))}", id=f"ai{n}")
         out: dict[str, Any] = {"messages": [reply], "turn": 1}
         if cmd == "reset":
             out["messages"] = [RemoveMessage(id=REMOVE_ALL_MESSAGES), reply]
         if items is not None:
-            seen = len(s.get("items", []))
+            seen = len(state.get("items", []))
             out["items"] = Overwrite([f"ow{n}"]) if cmd == "overwrite" else [f"chat{n}/{seen}"]
         return out
 
-    def audit(s: Any) -> dict[str, Any]:
+    def audit(state: Any) -> dict[str, Any]:
         if items is None:
             return {}
-        return {"items": [f"audit{s.get('turn', 0)}/{len(s.get('items', []))}"]}
+        return {"items": [f"audit{state.get('turn', 0)}/{len(state.get('items', []))}"]}
 
     g = StateGraph(S)
-    g.add_node("chat", chat)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
-    g.add_node("audit", audit)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
+    g.add_node("chat", chat)  # nodes' argument: "state", as langgraph's stub names it
+    g.add_node("audit", audit)
     g.add_edge(START, "chat")
     g.add_edge(START, "audit")
     g.add_edge("chat", END)
@@ -340,11 +347,11 @@ def none_builder(delta: bool) -> StateGraph[Any]:
     )
     S = TypedDict("S", {"items": items, "n": int}, total=False)  # noqa: UP013
 
-    def node(s: Any) -> dict[str, Any]:
-        return {"items": ["x"] if delta else None, "n": s.get("n", 0) + 1}
+    def node(state: Any) -> dict[str, Any]:
+        return {"items": ["x"] if delta else None, "n": state.get("n", 0) + 1}
 
     g = StateGraph(S)
-    g.add_node("node", node)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
+    g.add_node("node", node)
     g.add_edge(START, "node")
     g.add_edge("node", END)
     return g

@@ -8,6 +8,7 @@ thread must then continue exactly like that copy.
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 import time
@@ -57,7 +58,7 @@ def uuid6_at(nanoseconds: int, clock_seq: int) -> str:
     """uuid6 as a worker whose clock reads ``nanoseconds`` makes it (its monotonic guard
     reset, as in a fresh process)."""
     idmod._last_v6_timestamp = None
-    with mock.patch.object(idmod.time, "time_ns", lambda: nanoseconds):
+    with mock.patch.object(time, "time_ns", lambda: nanoseconds):  # id.py's `time`
         return str(uuid6(clock_seq=clock_seq))
 
 
@@ -89,7 +90,7 @@ SHAPES: dict[str, Callable[[random.Random], list[Step]]] = {
 }
 
 
-def with_counters(steps: Sequence[Step]) -> list[Step]:
+def with_counters(steps: list[Step]) -> list[Step]:
     """Mark the channels as DeltaChannels the way LangGraph does: counters in metadata
     for every channel with a version (prune finds the channels it must keep from them)."""
     for st in steps:
@@ -523,7 +524,7 @@ def observe(graph: Any, config: RunnableConfig) -> Any:
 def check_pruned_thread(
     dsn: str,
     builder: StateGraph[Any],
-    write: Callable[[Any, dict[str, Any]], None],
+    write: Callable[[Any, RunnableConfig], None],
     cont: Sequence[Any],
     *,
     writer: str = "ours",
@@ -587,7 +588,7 @@ def check_pruned_thread(
 def test_prune_fanout_graph_with_a_fork(dsn: str, freq: int, writer: str, compact: bool) -> None:
     builder = fanout_builder(freq)
 
-    def write(g: Any, t: dict[str, Any]) -> None:
+    def write(g: Any, t: RunnableConfig) -> None:
         for turn in range(6):
             g.invoke({"items": [f"user{turn}"]}, t)
         hist = list(g.get_state_history(t))
@@ -609,7 +610,7 @@ def test_prune_interrupted_subgraph_namespaces(
     """Pruned while a subgraph with its own DeltaChannel waits on an interrupt: the
     subgraph's namespace still loads, and the run resumes like the unpruned copy."""
 
-    def write(g: Any, t: dict[str, Any]) -> None:
+    def write(g: Any, t: RunnableConfig) -> None:
         for turn in range(4):
             g.invoke({"items": [f"u{turn}"]}, t)
             g.invoke(Command(resume=f"r{turn}"), t)
@@ -635,7 +636,7 @@ def test_prune_thread_migrated_from_add_messages(dsn: str, compact: bool) -> Non
         for i in range(4):
             g.invoke(msg(i), T("A"))
 
-    def write(g: Any, t: dict[str, Any]) -> None:
+    def write(g: Any, t: RunnableConfig) -> None:
         for i in range(4, 6):  # two delta turns: the seed is still the add_messages value
             g.invoke(msg(i), t)
 
@@ -687,8 +688,8 @@ def test_delete_for_runs_keeps_what_later_runs_need(
             i: r._replace(seed_only=True) if i in r1 else r for i, r in rows.items()
         }
         assert "r1" not in run_ids("A")
-        for i in r1:
-            assert ours.get_tuple(cfg("A", rows[i].ns, i)) is None, i
+        for cid in r1:
+            assert ours.get_tuple(cfg("A", rows[cid].ns, cid)) is None, cid
         assert observe(g_ours, T("A")) == observe(g_ours, T("B"))
         assert observe(g_off, T("A")) == observe(g_ours, T("B"))
         ours.delete_for_runs(["r3"])  # the last run: nothing builds on it
@@ -814,16 +815,16 @@ def test_delete_for_runs_logs_only_what_it_kept_of_the_runs_asked_for(
         assert {rows[i].seed_only for i in others} == {None}
         assert listed() == {i for i, r in rows.items() if r.seed_only is None} >= others
         assert not listed() & kept_r2
-        for i in kept_r2:
-            assert ours.get_tuple(cfg("A", rows[i].ns, i)) is None, i
+        for cid in kept_r2:
+            assert ours.get_tuple(cfg("A", rows[cid].ns, cid)) is None, cid
         (record,) = [r for r in caplog.records if "delete_for_runs" in r.getMessage()]
         msg = record.getMessage()
         m = re.search(r"kept (\d+) checkpoint\(s\) of these runs", msg)
         assert m is not None, msg
         assert int(m.group(1)) == len(kept_r2), msg
-        listed = set(re.findall(r"A/-/(\S+?)(?:,|$)", msg))
-        assert listed == kept_r2, msg
-        assert not listed & others
+        named = set(re.findall(r"A/-/(\S+?)(?:,|$)", msg))
+        assert named == kept_r2, msg
+        assert not named & others
         # nothing builds on the last run: it goes and nothing is logged
         caplog.clear()
         with caplog.at_level("WARNING", logger="langgraph_delta_postgres"):
@@ -896,9 +897,9 @@ def test_a_run_forking_from_what_prune_deletes_gets_a_clear_error(dsn: str) -> N
         for saver in (ours, DeltaPostgresSaver(conn, cache_bytes=0)):
             gr = _race_graph(saver)
             loads: list[Callable[[], Any]] = [
-                lambda gr=gr: gr.get_state(T("F")),
-                lambda gr=gr: gr.invoke(None, forked),
-                lambda gr=gr: gr.invoke({"log": ["next"]}, T("F")),
+                functools.partial(gr.get_state, T("F")),
+                functools.partial(gr.invoke, None, forked),
+                functools.partial(gr.invoke, {"log": ["next"]}, T("F")),
             ]
             for load in loads:
                 with pytest.raises(PrunedValueError) as err:
@@ -914,12 +915,15 @@ def test_a_run_forking_from_what_prune_deletes_gets_a_clear_error(dsn: str) -> N
         assert tup is not None and "log" not in tup.checkpoint["channel_values"]
         # runner A went on in memory: a child of its checkpoint (a step that wrote "log"
         # and stored no value) cannot be rebuilt either; the error names the ancestor
-        child = dict(tup.checkpoint, id=str(uuid6(clock_seq=7)))
-        version = ours.get_next_version(child["channel_versions"]["log"], None)
+        child = tup.checkpoint.copy()
+        child["id"] = str(uuid6(clock_seq=7))
+        current = child["channel_versions"]["log"]
+        assert isinstance(current, str)  # this saver's versions are strings
+        version = ours.get_next_version(current, None)
         child["channel_versions"] = {**child["channel_versions"], "log": version}
         child["channel_values"] = {"note": "fork"}
         below = ours.put(forked, child, {"source": "loop", "step": 9, "parents": {},
-                                         "counters_since_delta_snapshot": {"log": [1, 1]}},
+                                         "counters_since_delta_snapshot": {"log": (1, 1)}},
                          {"log": version})
         with pytest.raises(PrunedValueError, match=f"checkpoint {cid!r} of its chain"):
             ours.get_delta_channel_history(config=below, channels=["log"])

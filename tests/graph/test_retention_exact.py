@@ -39,26 +39,28 @@ _threads = itertools.count()
 
 def _builder(freq_messages: int, freq_files: int) -> StateGraph[Any]:
     # functional syntax: the annotations are evaluated here, with the frequencies
-    messages = DeltaChannel(append_reducer, snapshot_frequency=freq_messages)
-    files = DeltaChannel(append_reducer, snapshot_frequency=freq_files)
+    messages: DeltaChannel[list[Any]] = DeltaChannel(
+        append_reducer, snapshot_frequency=freq_messages
+    )
+    files: DeltaChannel[list[Any]] = DeltaChannel(append_reducer, snapshot_frequency=freq_files)
     State = TypedDict(  # noqa: UP013
         "State",
         {
-            "messages": Annotated[list, messages],
-            "files": Annotated[list, files],
+            "messages": Annotated[list[Any], messages],
+            "files": Annotated[list[Any], files],
             "mode": str,
             "n": Annotated[int, operator.add],
         },
         total=False,
     )
 
-    def agent(s: Any) -> dict[str, Any]:
-        mode = s.get("mode", "plain")
+    def agent(state: Any) -> dict[str, Any]:
+        mode = state.get("mode", "plain")
         if mode == "boom":
             raise RuntimeError("a task that fails")
-        out: dict[str, Any] = {"messages": [f"a{s.get('n', 0)}"], "n": 1}
+        out: dict[str, Any] = {"messages": [f"a{state.get('n', 0)}"], "n": 1}
         if mode == "files":
-            out["files"] = [f"f{s.get('n', 0)}"]
+            out["files"] = [f"f{state.get('n', 0)}"]
         return out
 
     def route(s: Any) -> Any:
@@ -69,17 +71,17 @@ def _builder(freq_messages: int, freq_files: int) -> StateGraph[Any]:
             return "ask"
         return END
 
-    def worker(s: Any) -> dict[str, Any]:
-        return {"files": [f"w{s.get('n', 0)}"], "messages": [f"t{s.get('n', 0)}"]}
+    def worker(state: Any) -> dict[str, Any]:
+        return {"files": [f"w{state.get('n', 0)}"], "messages": [f"t{state.get('n', 0)}"]}
 
-    def ask(s: Any) -> dict[str, Any]:
-        answer = interrupt({"question": len(s.get("messages", []))})
+    def ask(state: Any) -> dict[str, Any]:
+        answer = interrupt({"question": len(state.get("messages", []))})
         return {"messages": [f"r:{answer}"]}
 
     b = StateGraph(State)
-    b.add_node("agent", agent)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
-    b.add_node("worker", worker)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
-    b.add_node("ask", ask)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
+    b.add_node("agent", agent)  # nodes' argument: "state", as langgraph's stub names it
+    b.add_node("worker", worker)
+    b.add_node("ask", ask)
     b.add_edge(START, "agent")
     b.add_conditional_edges("agent", route, ["worker", "ask", END])
     b.add_edge("worker", END)
@@ -333,7 +335,8 @@ def test_compaction_leaves_a_version_two_checkpoints_read_apart(dsn: str) -> Non
         head = saver.get_tuple(cfg(tid))
         assert head is not None
         saver.put_writes(head.config, [("messages", "stray")], "old-fork-task")
-        child = dict(head.checkpoint, id=str(uuid6()))
+        child = head.checkpoint.copy()
+        child["id"] = str(uuid6())
         child_config = saver.put(head.config, child, {**head.metadata, "step": 99}, {})
         before = {cid: _read(graph, saver, cfg(tid, checkpoint_id=cid)) for cid in _ids(saver, tid)}
         assert graph.get_state(child_config).values["messages"][-1] == "stray"
@@ -381,9 +384,9 @@ def test_compaction_while_a_run_moves_the_head(dsn: str, monkeypatch: Any) -> No
     sees then): the channels stop at the checkpoint compaction stored them at, wherever
     that now is in the chain, and every checkpoint listed afterwards reads as it did
     right before the prune statement."""
-    from langgraph_delta_postgres._ops import retention
+    from langgraph_delta_postgres._ops import compaction, retention
 
-    real = retention.op_compact_ns
+    real = compaction.op_compact_ns  # what retention imported and calls
     with psycopg.connect(dsn, autocommit=True) as conn, psycopg.connect(
         dsn, autocommit=True
     ) as other:

@@ -32,16 +32,16 @@ def loop_builder(freq: int) -> StateGraph[Any]:
         total=False,
     )
 
-    def tick(s: Any) -> dict[str, Any]:
-        n = s.get("n", 0) + 1
+    def tick(state: Any) -> dict[str, Any]:
+        n = state.get("n", 0) + 1
         out: dict[str, Any] = {"n": n, "items": [n]}
         if n % 3 == 0:
             out["sparse"] = [f"s{n}"]
         return out
 
-    def other(s: Any) -> dict[str, Any]:
+    def other(state: Any) -> dict[str, Any]:
         # a parallel writer in the same superstep, every fifth step
-        return {"items": [f"o{s.get('n', 0)}"]}
+        return {"items": [f"o{state.get('n', 0)}"]}
 
     def route(s: Any) -> list[str] | str:
         if s["n"] % STEPS_PER_TURN == 0:
@@ -49,16 +49,17 @@ def loop_builder(freq: int) -> StateGraph[Any]:
         return ["tick", "other"] if s["n"] % 5 == 0 else ["tick"]
 
     g = StateGraph(S)
-    g.add_node("tick", tick)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
-    g.add_node("other", other)  # type: ignore[arg-type]  # langgraph stub: arg named "state"
+    g.add_node("tick", tick)  # nodes' argument: "state", as langgraph's stub names it
+    g.add_node("other", other)
     g.add_edge(START, "tick")
     g.add_conditional_edges("tick", route, ["tick", "other", END])
     g.add_edge("other", "tick")
     return g
 
 
-def _pick(hist: list[Any], frac: float) -> dict[str, Any]:
-    return hist[int(len(hist) * frac)].config  # type: ignore[no-any-return]
+def _pick(hist: list[Any], frac: float) -> RunnableConfig:
+    config: RunnableConfig = hist[int(len(hist) * frac)].config
+    return config
 
 
 def scenario(freq: int):  # type: ignore[no-untyped-def]
@@ -72,12 +73,12 @@ def scenario(freq: int):  # type: ignore[no-untyped-def]
         assert len(hist) > 200
         # time travel: rerun from a mid-chain checkpoint (new branch), twice
         for frac in (0.5, 0.77):
-            cfg = {**_pick(hist, frac), "recursion_limit": 1000}
+            cfg: RunnableConfig = {**_pick(hist, frac), "recursion_limit": 1000}
             await d.state(cfg)
             await d.invoke(None, cfg)
             await d.state(t)
         # fork a mid-chain checkpoint with update_state, continue the fork and the main line
-        fork = await d.update(
+        fork: RunnableConfig = await d.update(
             _pick(hist, 0.33), {"items": ["forked"], "sparse": ["f"]}, as_node="tick"
         )
         await d.state(fork)

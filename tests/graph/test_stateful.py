@@ -251,8 +251,8 @@ class Machine(RuleBasedStateMachine):
             mem.storage[dst] = copy.deepcopy(mem.storage[src])
         for key in [k for k in mem.writes if k[0] == src]:
             mem.writes[(dst, *key[1:])] = copy.deepcopy(mem.writes[key])
-        for key in [k for k in mem.blobs if k[0] == src]:
-            mem.blobs[(dst, *key[1:])] = copy.deepcopy(mem.blobs[key])
+        for blob_key in [k for k in mem.blobs if k[0] == src]:
+            mem.blobs[(dst, *blob_key[1:])] = copy.deepcopy(mem.blobs[blob_key])
         self.live[dst] = self.live[src]
         self.ops += 1
         DONE["copy"] += 1
