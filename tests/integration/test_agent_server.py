@@ -21,6 +21,7 @@ from typing import Any
 import psycopg
 import pytest
 from langchain_core.runnables import RunnableConfig
+from psycopg_pool import AsyncConnectionPool
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver
 from langgraph_delta_postgres import agent_server as ag
@@ -83,6 +84,7 @@ async def adapter(dsn: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[An
         wrapped = await _adapter.get_checkpointer()
         assert type(wrapped).__name__ == "_CustomCheckpointerAdapter"
         assert isinstance(wrapped._inner, AsyncDeltaPostgresSaver)
+        assert isinstance(wrapped._inner.conn, AsyncConnectionPool)
         async with wrapped._inner.conn.connection() as conn:  # the pool's one connection
             conn.cursor_factory = Counting
         yield wrapped
@@ -337,7 +339,8 @@ async def test_schema_and_prepare_threshold_from_the_environment(
     monkeypatch.setenv(ag.POOL_SIZE_ENV, "2")
     async with ag.checkpointer() as saver:
         await _run(_graph(saver), "in-schema", 2)
-        assert saver.conn.max_size == 2  # type: ignore[union-attr]
+        assert isinstance(saver.conn, AsyncConnectionPool)
+        assert saver.conn.max_size == 2
         async with saver.conn.connection() as conn:
             assert conn.prepare_threshold is None
     with psycopg.connect(dsn) as conn:

@@ -279,7 +279,7 @@ def test_thread_too_big_for_the_budget_is_answered_without_the_cache(dsn: str) -
             "held_values": [],
         }
 
-        def no_cache_answer(*args: Any) -> Any:
+        def no_cache_answer(*args: Any, **kw: Any) -> Any:
             raise AssertionError("an outsized thread went through the cache")
 
         real_answer = cache.answer
@@ -336,9 +336,9 @@ def test_admission_keeps_threads_loaded_in_turn_from_thrashing(dsn: str) -> None
             nodes[thread_id].append(got.params()["nodes"])
             return got
 
-        def answer(plan: Any, *args: Any) -> Any:
+        def answer(plan: Any, *args: Any, **kw: Any) -> Any:
             through_cache.append(plan.key[0])
-            return real_answer(plan, *args)
+            return real_answer(plan, *args, **kw)
 
         cache.plan = plan  # type: ignore[method-assign]
         cache.answer = answer  # type: ignore[method-assign]

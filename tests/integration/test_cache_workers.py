@@ -122,11 +122,12 @@ def test_child_put_committed_first_then_write_to_its_parent(dsn: str) -> None:
         write_conn.execute("SELECT 1")
         child = write_chain(putter, "race", 1, CHANNELS, start=chain.branches[-1])
         done: list[Any] = []
-        t = threading.Thread(
-            target=lambda: done.append(
-                writer.put_writes(_cfg("race", parent), [("messages", ["racing"])], "t-race")
-            )
-        )
+
+        def write() -> None:
+            writer.put_writes(_cfg("race", parent), [("messages", ["racing"])], "t-race")
+            done.append(None)  # put_writes returned (its value: None)
+
+        t = threading.Thread(target=write)
         t.start()
         _wait_for_lock(dsn, write_conn.info.backend_pid)
         put_conn.commit()  # the child's put lands; the write goes on
@@ -262,12 +263,13 @@ def test_write_waits_while_its_checkpoint_and_a_child_are_put(dsn: str) -> None:
         kids = write_chain(putter, "early2", 2, CHANNELS, start=chain.branches[-1])
         before = _late_count(dsn, "early2")
         done: list[Any] = []
-        t = threading.Thread(
-            target=lambda: done.append(
-                writer.put_writes(_cfg("early2", kids.ids[0]), [("messages", ["waited"])],
-                                  "t-waited")
-            )
-        )
+
+        def write() -> None:
+            writer.put_writes(_cfg("early2", kids.ids[0]), [("messages", ["waited"])],
+                              "t-waited")
+            done.append(None)  # put_writes returned (its value: None)
+
+        t = threading.Thread(target=write)
         t.start()
         _wait_for_lock(dsn, write_conn.info.backend_pid)
         put_conn.commit()  # the checkpoint and its child land; the write goes on

@@ -41,6 +41,7 @@ thread's earlier turns still in its state).
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -55,10 +56,9 @@ from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.graph import END, START, StateGraph
 from psycopg.conninfo import make_conninfo
 
-from langgraph_delta_postgres import DeltaPostgresSaver, LostParentError
+from langgraph_delta_postgres import DeltaPostgresSaver, LostParentError, StaleServerError
 from langgraph_delta_postgres._local.standby import Standby, standby_of
 from langgraph_delta_postgres._local.workloads import build_graph, user_input
-from langgraph_delta_postgres._server import StaleServerError
 from langgraph_delta_postgres.replicas import RoutingSaver
 from tests.graph._graphs import append_reducer
 from tests.graph._util import canon, canon_history
@@ -213,10 +213,10 @@ def _observe(graph: Any, saver: Any, thread: str, ids: set[str]) -> dict[str, An
     for cid in sorted(ids):
         c = _conf(thread, cid)
         out[cid] = (
-            _outcome(lambda c=c: _snap(graph.get_state(c))),
-            _outcome(lambda c=c: tup(saver.get_tuple(c))),
-            _outcome(lambda c=c: canon_history(
-                saver.get_delta_channel_history(config=c, channels=CHANNELS))),
+            _outcome(functools.partial(lambda c: _snap(graph.get_state(c)), c)),
+            _outcome(functools.partial(lambda c: tup(saver.get_tuple(c)), c)),
+            _outcome(functools.partial(lambda c: canon_history(
+                saver.get_delta_channel_history(config=c, channels=CHANNELS)), c)),
         )
     return out
 
@@ -285,12 +285,12 @@ def test_failover_to_a_standby_that_lacks_the_last_turn(kind: str, pair: Pair) -
             assert _snap(ref.get_state(_conf("f0"))) != before["state"]  # S lacks the turn
             for thread in THREADS:
                 ids = on_p[thread] | on_s[thread]
-                got = _retry_once(lambda t=thread, i=ids: _observe(graph, saver, t, i), errors)
+                got = _retry_once(functools.partial(_observe, graph, saver, thread, ids), errors)
                 assert got == _observe(ref, fresh, thread, ids), f"thread {thread}"
             # a turn after the promotion, on every thread
             for thread in THREADS:
-                _retry_once(lambda t=thread: graph.invoke(user_input(WORKLOAD, 3), _conf(t)),
-                            errors)
+                _retry_once(functools.partial(
+                    lambda t: graph.invoke(user_input(WORKLOAD, 3), _conf(t)), thread), errors)
             after = _ids(pair.s_dsn)
             for thread in THREADS:
                 ids = after[thread] | on_p[thread]
@@ -368,7 +368,7 @@ def test_failover_during_live_runs(kind: str, pair: Pair) -> None:
             ref = build_graph(WORKLOAD, fresh)
             for thread in threads:
                 ids = on_s[thread]
-                got = _retry_once(lambda t=thread, i=ids: _observe(graph, saver, t, i), errors)
+                got = _retry_once(functools.partial(_observe, graph, saver, thread, ids), errors)
                 assert got == _observe(ref, fresh, thread, ids), f"thread {thread}"
                 for cid in ids:  # every checkpoint readable
                     c = _conf(thread, cid)
@@ -416,7 +416,7 @@ def test_cache_after_failover_with_late_writes(pair: Pair) -> None:
             # the thread's late-write count on S is now what it was on P, so a token of
             # the chain cached from P matches S's rows again
             fresh.put_writes(chain[1], [("log", "late-on-S")], "task-late-s")
-            def same(c: dict[str, Any]) -> None:
+            def same(c: RunnableConfig) -> None:
                 want = canon_history(fresh.get_delta_channel_history(config=c,
                                                                      channels=["log"]))
                 got = _retry_once(lambda: canon_history(saver.get_delta_channel_history(

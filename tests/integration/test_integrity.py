@@ -151,8 +151,12 @@ def _watch_pool(monkeypatch: Any, pool_class: Any) -> tuple[list[Any], list[Any]
     tasks: list[Any] = []
     checks: list[Any] = []
     real_task, real_check = pool_class.run_task, pool_class.check_connection
-    monkeypatch.setattr(pool_class, "run_task",
-                        lambda self, task: (tasks.append(task), real_task(self, task))[1])
+
+    def run_task(self: Any, task: Any) -> None:
+        tasks.append(task)
+        real_task(self, task)
+
+    monkeypatch.setattr(pool_class, "run_task", run_task)
     if inspect.iscoroutinefunction(real_check):
         async def acheck(conn: Any) -> None:
             checks.append(conn)
@@ -160,8 +164,11 @@ def _watch_pool(monkeypatch: Any, pool_class: Any) -> tuple[list[Any], list[Any]
 
         monkeypatch.setattr(pool_class, "check_connection", staticmethod(acheck))
     else:
-        monkeypatch.setattr(pool_class, "check_connection",
-                            staticmethod(lambda conn: (checks.append(conn), real_check(conn))))
+        def check(conn: Any) -> None:
+            checks.append(conn)
+            real_check(conn)
+
+        monkeypatch.setattr(pool_class, "check_connection", staticmethod(check))
     return tasks, checks
 
 
@@ -548,7 +555,8 @@ def _repro(dsn: str, saver: Any, state: Any, thread: str) -> dict[str, Any]:
 @pytest.mark.parametrize("state", [_State, _DeltaState], ids=["operator.add", "DeltaChannel"])
 def test_the_issue_repro_keeps_the_thread_working(dsn: str, state: Any) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        official = _repro(dsn, PostgresSaver(conn), state, "official")
+        # langgraph's stub wants a dict-row connection; its cursors set dict_row themselves
+        official = _repro(dsn, PostgresSaver(conn), state, "official")  # type: ignore[arg-type]
         ours = _repro(dsn, DeltaPostgresSaver(conn), state, "ours")
     assert official == {"items": ["b", "x", "c", "x"], "note": "u2"}
     assert ours == official

@@ -16,6 +16,7 @@ share a mutable object.
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import operator
 import random
@@ -156,14 +157,14 @@ def build_threads(dsn: str) -> dict[str, list[str]]:
         _graph_runs(ours, note_builder(), "notes-adopted", ["r2", "r3"], notes_in)
         threads["notes-adopted"] = NOTE_CHANNELS
         # pruned: keep_latest, keep_latest with keep_last, on ours and adopted rows
-        for name, builder, chans, inp, kw in (
-            ("notes-pruned", note_builder(), NOTE_CHANNELS, notes_in, {}),
-            ("notes-keep5", note_builder(), NOTE_CHANNELS, notes_in, {"keep_last": 5}),
-            ("fan-4-pruned", fanout_builder(4), FANOUT_CHANNELS, fan_in, {}),
-            ("fan-1-keep3", fanout_builder(1), FANOUT_CHANNELS, fan_in, {"keep_last": 3}),
+        for name, builder, chans, inp, keep_last in (
+            ("notes-pruned", note_builder(), NOTE_CHANNELS, notes_in, None),
+            ("notes-keep5", note_builder(), NOTE_CHANNELS, notes_in, 5),
+            ("fan-4-pruned", fanout_builder(4), FANOUT_CHANNELS, fan_in, None),
+            ("fan-1-keep3", fanout_builder(1), FANOUT_CHANNELS, fan_in, 3),
         ):
             _graph_runs(ours, builder, name, ["r0", "r1", "r2", "r3"], inp)
-            ours.prune([name], strategy="keep_latest", **kw)
+            ours.prune([name], strategy="keep_latest", keep_last=keep_last)
             threads[name] = chans
         _graph_runs(off, note_builder(), "adopted-pruned", ["r0", "r1"], notes_in)
         _graph_runs(ours, note_builder(), "adopted-pruned", ["r2"], notes_in)
@@ -258,12 +259,12 @@ class Reader:
         self.saver, self.off = saver, off
         self.is_async = isinstance(saver, AsyncDeltaPostgresSaver)
 
-    async def list(self, config: Any, **kw: Any) -> list[Any]:
+    async def list(self, config: Any, **kw: Any) -> builtins.list[Any]:
         if isinstance(self.saver, AsyncDeltaPostgresSaver):
             return [t async for t in self.saver.alist(config, **kw)]
         return list(self.saver.list(config, **kw))
 
-    async def history(self, config: Any, channels: list[str]) -> Any:
+    async def history(self, config: Any, channels: builtins.list[str]) -> Any:
         if isinstance(self.saver, AsyncDeltaPostgresSaver):
             return await self.saver.aget_delta_channel_history(config=config, channels=channels)
         return self.saver.get_delta_channel_history(config=config, channels=channels)
@@ -381,6 +382,7 @@ async def check_thread(r: Reader, thread: str, channels: list[str]) -> tuple[int
         listed = core._PREFETCH.get()
         assert isinstance(listed, core._Listed) or not page
         for t in page:
+            assert isinstance(listed, core._Listed)  # as asserted above: page is not empty
             key = (t.config["configurable"]["checkpoint_ns"],
                    t.config["configurable"]["checkpoint_id"])
             got = listed.answer(*key, channels, loads) if listed is not None else None
@@ -402,7 +404,7 @@ async def test_listing_answers_what_the_walk_and_the_official_saver_answer(
     dsn: str, mode: str, cache_bytes: int | None
 ) -> None:
     threads = build_threads(dsn)
-    kw = {} if cache_bytes is None else {"cache_bytes": cache_bytes}
+    kw: dict[str, Any] = {} if cache_bytes is None else {"cache_bytes": cache_bytes}
     totals: dict[str, tuple[int, int]] = {}
     with official_saver(dsn) as off:
         if mode == "sync":

@@ -23,7 +23,7 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
-from langgraph_delta_postgres._ops.base import _PREFETCH, _Listed
+from langgraph_delta_postgres._ops.base import _PREFETCH, _Listed, _Prefetch
 from tests.graph._util import apply_steps, canon_history, cfg
 from tests.graph.test_history_differential import CHANNELS as HCHANNELS
 from tests.graph.test_history_differential import SHAPES, compare_channel, skewed
@@ -95,6 +95,7 @@ def test_prefetched_equals_the_statement_on_generated_histories(
                 continue
             where = f"step {i} {tup.config['configurable']} channels={chans}"
             pre = _PREFETCH.get()  # what the next call takes
+            assert isinstance(pre, _Prefetch), where  # a get_tuple's, not a listing's
             assert pre is not None and set(chans) <= set(pre.channels), where
             got = canon_history(ours.get_delta_channel_history(config=tup.config, channels=chans))
             fresh = canon_history(
@@ -175,6 +176,7 @@ async def test_async_prefetch_survives_a_delete(dsn: str) -> None:
             assert first is not None
             if i > 4 and _replayed(first):
                 break
+        assert first is not None
         assert _replayed(first)
         want = canon_history(
             await saver.aget_delta_channel_history(config=first.config, channels=_replayed(first))

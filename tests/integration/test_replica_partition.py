@@ -22,6 +22,7 @@ the test: it runs in a thread (a task) that the test stops waiting for after
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -61,7 +62,7 @@ def tup(t: CheckpointTuple | None) -> Any:
     return canon((t.config, t.checkpoint, t.metadata, t.parent_config, t.pending_writes))
 
 
-def _chain(saver: DeltaPostgresSaver, thread: str, n: int) -> list[dict[str, Any]]:
+def _chain(saver: DeltaPostgresSaver, thread: str, n: int) -> list[RunnableConfig]:
     """``n`` checkpoints of one thread, each with a pending write; their configs."""
     out = []
     conf: RunnableConfig = cfg(thread)
@@ -76,7 +77,7 @@ def _chain(saver: DeltaPostgresSaver, thread: str, n: int) -> list[dict[str, Any
 
 
 @pytest.fixture
-def written(dsn: str, standby: Standby, replica_dsn: str) -> list[dict[str, Any]]:
+def written(dsn: str, standby: Standby, replica_dsn: str) -> list[RunnableConfig]:
     """A thread of 8 checkpoints written by another saver, replayed on the standby: all
     but the last have a child there, so a reader without a floor reads them by id on
     the replica."""
@@ -159,7 +160,7 @@ def router(
 
 
 def test_silent_replica_sync(
-    router: RoutingSaver, written: list[dict[str, Any]], dsn: str, proxy: PartitionProxy
+    router: RoutingSaver, written: list[RunnableConfig], dsn: str, proxy: PartitionProxy
 ) -> None:
     with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as ref:
         want = [tup(ref.get_tuple(c)) for c in written]
@@ -173,7 +174,7 @@ def test_silent_replica_sync(
     assert _timed_out(router) >= 1, router.routing_stats()
     misses = _misses(router)
     for i in range(2, 6):  # within retry_after: straight to the primary, fast
-        got, took = _timed(lambda i=i: tup(router.get_tuple(written[i])), proxy)
+        got, took = _timed(functools.partial(lambda i: tup(router.get_tuple(written[i])), i), proxy)
         assert got == want[i]
         assert took < LATER_READ_S, f"read {i} took {took:.2f} s with the replica left alone"
     stats = router.routing_stats()
@@ -198,7 +199,7 @@ async def _atimed(coro: Any, proxy: PartitionProxy) -> tuple[Any, float]:
 
 
 def test_silent_replica_async(
-    dsn: str, replica_dsn: str, written: list[dict[str, Any]], proxy: PartitionProxy
+    dsn: str, replica_dsn: str, written: list[RunnableConfig], proxy: PartitionProxy
 ) -> None:
     async def main() -> None:
         async with AsyncRoutingSaver.from_conn_string(

@@ -14,7 +14,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from langgraph.checkpoint.base import WRITES_IDX_MAP
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import WRITES_IDX_MAP, CheckpointTuple
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, SCHEDULED
@@ -312,7 +313,7 @@ async def test_delete_thread(dsn: str, saver_factory: SaverFactory) -> None:
         assert table_counts(dsn, "kept") == before
 
 
-async def _runs_fixture(u: Uniform, *, delta_thread: bool) -> dict[str, list[dict[str, Any]]]:
+async def _runs_fixture(u: Uniform, *, delta_thread: bool) -> dict[str, list[RunnableConfig]]:
     """Thread A: run r1 (3 checkpoints) then r2 (2). Thread B: r1 only. Thread D
     (optional): r1 then r2, with DeltaChannel counters in the metadata."""
 
@@ -458,13 +459,13 @@ async def test_copy_thread(dsn: str, saver_factory: SaverFactory) -> None:
 
 async def test_prune_keep_latest_and_delete(dsn: str, saver_factory: SaverFactory) -> None:
     async with open_saver(saver_factory, dsn) as u:
-        latest = {}
-        for t in ("A", "B"):
+        latest: dict[tuple[str, str], CheckpointTuple | None] = {}
+        for tid in ("A", "B"):
             for ns in ("", "sub:1"):
-                chain = await put_chain(u, t, 4, ns=ns)
-                await u.put_writes(chain[-1], [("obj", {"pending": t + ns})], "task", "~p")
+                chain = await put_chain(u, tid, 4, ns=ns)
+                await u.put_writes(chain[-1], [("obj", {"pending": tid + ns})], "task", "~p")
                 await u.put_writes(chain[-2], [("obj", {"old": 1})], "task", "~p")
-                latest[(t, ns)] = await u.get_tuple(chain[-1])
+                latest[(tid, ns)] = await u.get_tuple(chain[-1])
         b_before = table_counts(dsn, "B")
         stats = await u.prune(["A"], strategy="keep_latest")
         # no DeltaChannel: nothing is kept as a seed
@@ -746,7 +747,7 @@ async def test_async_concurrent_calls(dsn: str, async_factory: SaverFactory) -> 
     async with async_factory.aio(dsn) as s:
         u = Uniform(s)
 
-        async def thread(n: int) -> list[dict[str, Any]]:
+        async def thread(n: int) -> list[RunnableConfig]:
             chain = await put_chain(u, f"c{n}", 3)
             await u.put_writes(chain[-1], [("obj", n)], f"task{n}", "~p")
             return chain

@@ -14,10 +14,10 @@ import pytest
 from langchain_core.runnables import RunnableConfig
 from psycopg_pool import ConnectionPool
 
-from langgraph_delta_postgres import DeltaPostgresSaver
+from langgraph_delta_postgres import DeltaPostgresSaver, StaleServerError
 from langgraph_delta_postgres._deadline import deadline
 from langgraph_delta_postgres._local.standby import Standby
-from langgraph_delta_postgres._server import ServerIdentity, StaleServerError
+from langgraph_delta_postgres._server import ServerIdentity
 from langgraph_delta_postgres._sql import Queries
 from tests.integration._helpers import cfg, make_checkpoint
 
@@ -87,7 +87,7 @@ def pooled(dsn: str) -> Iterator[DeltaPostgresSaver]:
         yield DeltaPostgresSaver(pool)
 
 
-def _fill(saver: DeltaPostgresSaver, thread: str, n: int) -> dict[str, Any]:
+def _fill(saver: DeltaPostgresSaver, thread: str, n: int) -> RunnableConfig:
     conf: RunnableConfig = cfg(thread)
     versions: dict[str, Any] = {}
     for i in range(n):
@@ -115,6 +115,7 @@ def test_a_saver_drops_its_cache_when_its_server_changes(
     assert old is not None
     # the pool's connections were checked against `old`; pretend the next one reaches
     # the promoted standby: timeline + 1
+    assert isinstance(saver.conn, ConnectionPool)
     with saver.conn.connection() as conn:
         saver._server_seen(conn, (old.system_identifier, False, old.timeline + 1))
     assert len(cache) == 0 and saver._server.changes == 1
