@@ -34,7 +34,7 @@ class Interrupted(Exception):
 
 
 def _official_database(dsn: str) -> None:
-    with psycopg.connect(dsn, autocommit=True, prepare_threshold=0) as conn:
+    with psycopg.connect(dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn:
         off = PostgresSaver(conn)
         off.setup()
         for i, kind in enumerate(["delta", "mine", "full", "delta", "mine"]):

@@ -312,7 +312,7 @@ def test_ledger_row_of_missing_file_is_drift(dsn: str) -> None:
 
 
 def _patched_dir(monkeypatch: pytest.MonkeyPatch, tmp: Path) -> None:
-    original = migrate_mod.data_dir
+    original = data_dir  # what migrate imported from _sql, and calls
 
     def fake(name: str) -> Any:
         return tmp if name == "migrations" else original(name)

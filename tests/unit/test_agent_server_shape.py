@@ -273,8 +273,8 @@ def test_the_shipped_shape_is_patched_on_any_version(
     adapter = cls(Saver())  # type: ignore[call-arg, arg-type]  # shipped(): takes a saver
     got: object = asyncio.run(adapter.aget_delta_channel_history(config=CFG, channels=["m"]))
     assert got == {"from": "inner async", "channels": ["m"]}
-    got = adapter.get_delta_channel_history(config=CFG, channels=["m"])
-    assert got == {"from": "inner sync", "channels": ["m"]}
+    got_sync: object = adapter.get_delta_channel_history(config=CFG, channels=["m"])
+    assert got_sync == {"from": "inner sync", "channels": ["m"]}
     # A wrapped saver without its own: BaseCheckpointSaver's walk, on the adapter (async:
     # the server's adapter has no sync get_tuple for the sync walk, patched or not).
     plain = cls(PlainSaver())  # type: ignore[call-arg, arg-type]  # shipped(): takes a saver

@@ -64,7 +64,7 @@ def ask(listed: _Listed, cid: str, loads: Any) -> Any:
     if got is None:
         return None
     return {ch: {k: [(t, c, "gen" if isinstance(v, types.GeneratorType) else v)
-                     for t, c, v in e[k]] if k == "writes" else e[k] for k in e}
+                     for t, c, v in e["writes"]] if k == "writes" else x for k, x in e.items()}
             for ch, e in got.items()}
 
 
