@@ -34,6 +34,7 @@ from langgraph.graph import START, StateGraph
 from pydantic import BaseModel, PrivateAttr, field_validator, model_validator
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
+from tests.graph._reducers import append_reducer
 from tests.graph._util import canon
 
 TURNS = 7
@@ -85,15 +86,8 @@ class Stamped(BaseModel):
         return self
 
 
-def _add(state: list[Any], writes: list[Any]) -> list[Any]:
-    out = list(state)
-    for w in writes:
-        out.extend(w if isinstance(w, list) else [w])
-    return out
-
-
 class State(TypedDict):
-    items: Annotated[list[Any], DeltaChannel(_add, snapshot_frequency=3)]
+    items: Annotated[list[Any], DeltaChannel(append_reducer, snapshot_frequency=3)]
 
 
 def _models(state: State) -> dict[str, Any]:
