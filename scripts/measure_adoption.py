@@ -18,9 +18,10 @@ them).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import subprocess
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,25 @@ def up_to_0003(conn: psycopg.Connection[Any]) -> None:
         migrate_mod.discover = real  # type: ignore[assignment]
 
 
+@contextlib.contextmanager
+def at_0003(
+    dsn: str,
+) -> Iterator[tuple[psycopg.Connection[Any], psycopg.Connection[Any], dict[str, Any]]]:
+    """The database of ``dsn`` migrated up to 0003, and what the block then does to it:
+    ``(conn, probe, measured)``, ``conn`` for the block's work, ``probe`` for its readings;
+    after the block ``measured`` holds the WAL it wrote (``wal_bytes``) and the
+    checkpoints table's sizes before and after it (``size_before``, ``size_after``)."""
+    with psycopg.connect(dsn, autocommit=True) as conn, psycopg.connect(
+        dsn, autocommit=True
+    ) as probe:
+        up_to_0003(conn)
+        measured: dict[str, Any] = {"size_before": sizes(probe)}
+        start = lsn(probe)
+        yield conn, probe, measured
+        measured["wal_bytes"] = wal_bytes(probe, start)
+        measured["size_after"] = sizes(probe)
+
+
 def measure_batched(dsn: str) -> dict[str, Any]:
     """The runner applies 0004 (batched) and 0005; each batch is timed where it runs."""
     batches: list[float] = []
@@ -119,20 +139,14 @@ def measure_batched(dsn: str) -> dict[str, Any]:
                 batches.append(time.perf_counter() - started)
                 wal_0004[1:] = [lsn(probe)]
 
-    with psycopg.connect(dsn, autocommit=True) as conn, psycopg.connect(
-        dsn, autocommit=True
-    ) as probe:
-        up_to_0003(conn)
-        before = sizes(probe)
-        start = lsn(probe)
+    with at_0003(dsn) as (conn, probe, measured):
         migrate_mod._plan = timed_plan  # type: ignore[assignment]
         applied: list[Any] = []
         try:
             took = timed(lambda: applied.extend(migrate_mod.migrate(conn)))
         finally:
             migrate_mod._plan = real  # type: ignore[assignment]
-        wal = wal_bytes(probe, start)
-        after = sizes(probe)
+    with psycopg.connect(dsn, autocommit=True) as conn:
         ledger = dict(
             conn.execute("SELECT name, duration_ms FROM langgraph_delta_migrations").fetchall()
         )
@@ -145,12 +159,12 @@ def measure_batched(dsn: str) -> dict[str, Any]:
         "longest_batch_s": summary(batches)["max_ms"] / 1000,
         "median_batch_s": summary(batches)["median_ms"] / 1000,
         "p95_batch_s": sorted(batches)[int(len(batches) * 0.95)],
-        "wal_bytes_total": wal,
+        "wal_bytes_total": measured["wal_bytes"],
         "wal_bytes_0004": int(
             probe_diff(dsn, wal_0004[1], wal_0004[0])
         ),
-        "size_before": before,
-        "size_after": after,
+        "size_before": measured["size_before"],
+        "size_after": measured["size_after"],
     }
 
 
@@ -165,22 +179,15 @@ def measure_one_update(dsn: str) -> dict[str, Any]:
         ["git", "show", f"{OLD_0004[0]}:{OLD_0004[1]}"],
         cwd=REPO, capture_output=True, text=True, check=True,
     ).stdout
-    with psycopg.connect(dsn, autocommit=True) as conn, psycopg.connect(
-        dsn, autocommit=True
-    ) as probe:
-        up_to_0003(conn)
-        before = sizes(probe)
-        start = lsn(probe)
+    with at_0003(dsn) as (conn, _probe, measured):
         took = timed(lambda: conn.execute(migrate_mod.render(text, None)))
-        wal = wal_bytes(probe, start)
-        after = sizes(probe)
     return {
         "seconds_0004": took,
         "longest_batch_s": took,
-        "wal_bytes_total": wal,
-        "wal_bytes_0004": wal,
-        "size_before": before,
-        "size_after": after,
+        "wal_bytes_total": measured["wal_bytes"],
+        "wal_bytes_0004": measured["wal_bytes"],
+        "size_before": measured["size_before"],
+        "size_after": measured["size_after"],
     }
 
 

@@ -48,6 +48,21 @@ def upstream_of(dsn: str) -> Upstream:
     return (str(params.get("hostaddr") or host), port)
 
 
+def forward(dst: socket.socket, data: bytes) -> bool:
+    """Send ``data`` (a read from the other side) on to ``dst``; an empty read (the
+    other side's EOF) ends ``dst``'s sending half. False: this direction is over (EOF
+    passed on, or ``dst`` failed)."""
+    if not data:
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+        return False
+    try:
+        dst.sendall(data)
+    except OSError:
+        return False
+    return True
+
+
 @dataclass
 class Counts:
     up_bytes: int = 0
@@ -205,13 +220,7 @@ class LatencyProxy:
                 wait = due - time.perf_counter()
                 if wait > 0:
                     time.sleep(wait)
-                if not data:
-                    with contextlib.suppress(OSError):
-                        dst.shutdown(socket.SHUT_WR)
-                    return
-                try:
-                    dst.sendall(data)
-                except OSError:
+                if not forward(dst, data):
                     return
         finally:
             with contextlib.suppress(OSError):

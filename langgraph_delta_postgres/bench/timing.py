@@ -1,12 +1,14 @@
 """The benchmark's timing harness: one timed call (:func:`timed`), the summaries of
 repeated ones (:func:`summary`, :func:`ratio_summary`) and interleaved rounds of several
-callables with ratios taken round by round (:class:`Interleaved`). The bench's sections
-and the scripts in ``scripts/`` time through it."""
+callables with ratios taken round by round (:class:`Interleaved`), threads run for a
+while (:func:`run_threads`). The bench's sections and the scripts in ``scripts/`` time
+through it."""
 
 from __future__ import annotations
 
 import gc
 import statistics
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +38,21 @@ def ratio_summary(xs: Sequence[float]) -> dict[str, float]:
     if not xs:
         return {"median": float("nan"), "min": float("nan"), "max": float("nan"), "n": 0}
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+def run_threads(
+    threads: Sequence[threading.Thread], seconds: float, stop: threading.Event
+) -> float:
+    """Start ``threads``, let them run for ``seconds``, then set ``stop`` (their signal
+    to end) and join them all; the seconds from the first start to the last join."""
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0
 
 
 @dataclass

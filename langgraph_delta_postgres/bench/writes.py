@@ -47,6 +47,7 @@ from langgraph.types import Send
 from langgraph_delta_postgres import DeltaPostgresSaver
 
 from .savers import ONE_CONNECTION, aopen_saver, official_pooled, open_saver, pooled
+from .timing import run_threads
 
 TASKS = 16
 NODES = 8
@@ -184,14 +185,7 @@ def _concurrent_sync(name: str, dsn: str, seconds: float, tag: str) -> float:
                 errors.append(e)
 
         workers = [threading.Thread(target=loop, args=(i,)) for i in range(RUNS)]
-        t0 = time.perf_counter()
-        for w in workers:
-            w.start()
-        time.sleep(seconds)
-        stop.set()
-        for w in workers:
-            w.join()
-        elapsed = time.perf_counter() - t0
+        elapsed = run_threads(workers, seconds, stop)
     if errors:
         raise errors[0]
     return sum(done) / elapsed

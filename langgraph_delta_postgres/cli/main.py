@@ -123,21 +123,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    def db_args(sp: argparse.ArgumentParser) -> None:
+    for name, func, helptext, description in (
+        ("migrate", cmd_migrate, "apply pending migrations", None),
+        (
+            "status",
+            cmd_status,
+            "applied / pending migrations, checksums, drift",
+            "Exit codes: 0 up to date; 1 drift or an error; 2 bad arguments; "
+            f"{EXIT_PENDING} migrations pending (run `langgraph-delta-pg migrate`).",
+        ),
+    ):
+        sp = sub.add_parser(name, help=helptext, description=description)
         sp.add_argument("--dsn", help="Postgres connection string (default: $DATABASE_URL)")
         sp.add_argument("--schema", default=None, help="Postgres schema (default: search_path)")
-
-    sp = sub.add_parser("migrate", help="apply pending migrations")
-    db_args(sp)
-    sp.set_defaults(func=cmd_migrate)
-    sp = sub.add_parser(
-        "status",
-        help="applied / pending migrations, checksums, drift",
-        description="Exit codes: 0 up to date; 1 drift or an error; 2 bad arguments; "
-        f"{EXIT_PENDING} migrations pending (run `langgraph-delta-pg migrate`).",
-    )
-    db_args(sp)
-    sp.set_defaults(func=cmd_status)
+        sp.set_defaults(func=func)
     sp = sub.add_parser(
         "postgres",
         help="run a local Postgres (embedded extra); prints its DSN, serves until Ctrl-C",

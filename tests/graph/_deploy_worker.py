@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import operator
 import sys
-from collections.abc import Sequence
 from contextlib import ExitStack
 from typing import Annotated, Any, TypedDict
 
@@ -31,21 +30,15 @@ from langgraph.channels.delta import DeltaChannel
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
+# imports nothing else: this module runs next to the previous release's package too
+from tests.graph._reducers import append_reducer
+
 FAN_OUT = 4
 
 
-def append(state: Sequence[Any], writes: Sequence[Any]) -> list[Any]:
-    # tests/graph/_graphs.append_reducer's rule, written here: this module is imported by
-    # the previous release's worker too, and _graphs imports this release's test plugins
-    out = list(state)
-    for w in writes:
-        out.extend(w if isinstance(w, list) else [w])
-    return out
-
-
 class State(TypedDict):
-    messages: Annotated[list[str], DeltaChannel(append, snapshot_frequency=40)]
-    log: Annotated[list[str], DeltaChannel(append, snapshot_frequency=5)]
+    messages: Annotated[list[str], DeltaChannel(append_reducer, snapshot_frequency=40)]
+    log: Annotated[list[str], DeltaChannel(append_reducer, snapshot_frequency=5)]
     turns: Annotated[int, operator.add]
 
 

@@ -4,7 +4,7 @@ records of our saver and of InMemorySaver can be compared."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -13,19 +13,12 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import StateGraph
 from langgraph.types import StateSnapshot
 
+from tests.graph._reducers import append_reducer as append_reducer  # re-exported
 from tests.graph._util import canon
 from tests.plugins.savers import SaverFactory
 
 #: A graph scenario: runs on a saver (async or not) and returns its observation log.
 Scenario = Callable[[BaseCheckpointSaver[Any], bool], Awaitable[list[Any]]]
-
-
-def append_reducer(state: Sequence[Any], writes: Sequence[Any]) -> list[Any]:
-    """Order-sensitive, batching-invariant DeltaChannel reducer."""
-    out = list(state)
-    for w in writes:
-        out.extend(w if isinstance(w, list) else [w])
-    return out
 
 
 def observe_snapshot(snap: Any) -> Any:

@@ -1,13 +1,15 @@
 """Small helpers shared by the integration tests (no fixtures, no database mocks).
 
 ``Uniform`` gives one awaitable API over a sync or an async saver, so a behaviour test
-written once runs against all six saver kinds of ``saver_factory``.
+written once runs against all six saver kinds of ``saver_factory``. ``CountingSerde``
+counts what a saver decodes.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 import psycopg
@@ -17,6 +19,7 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
     empty_checkpoint,
 )
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
 from tests._config import cfg as cfg  # the suite's one cfg(), re-exported
@@ -171,3 +174,18 @@ def strip_thread(t: CheckpointTuple) -> tuple[Any, ...]:
         parent = dict(t.parent_config["configurable"])
         parent.pop("thread_id")
     return (conf, t.checkpoint, t.metadata, parent, t.pending_writes)
+
+
+class CountingSerde(JsonPlusSerializer):
+    """The default serializer, counting what ``loads_typed`` decodes: each key that
+    ``kinds(value)`` gives for a decoded value adds one to ``decoded[key]``."""
+
+    def __init__(self, kinds: Callable[[Any], Iterable[Hashable]]) -> None:
+        super().__init__()
+        self.kinds = kinds
+        self.decoded: Counter[Any] = Counter()
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        value = super().loads_typed(data)
+        self.decoded.update(self.kinds(value))
+        return value

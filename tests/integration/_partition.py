@@ -19,7 +19,7 @@ import socket
 import threading
 from typing import Any
 
-from langgraph_delta_postgres.bench.proxy import Upstream, via_loopback
+from langgraph_delta_postgres.bench.proxy import Upstream, forward, via_loopback
 
 
 class PartitionProxy:
@@ -143,11 +143,5 @@ class PartitionProxy:
                 data = b""
             if not self._wait_open():  # fell silent meanwhile: hold it, forward nothing
                 return
-            if not data:
-                with contextlib.suppress(OSError):
-                    dst.shutdown(socket.SHUT_WR)
-                return
-            try:
-                dst.sendall(data)
-            except OSError:
+            if not forward(dst, data):
                 return

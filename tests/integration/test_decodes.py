@@ -16,32 +16,24 @@ cache on and off, sync and async.
 from __future__ import annotations
 
 import operator
-from collections import Counter
 from typing import Annotated, Any, TypedDict
 
 import pytest
 from langgraph.channels.delta import DeltaChannel
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
 from tests.graph._graphs import append_reducer
 from tests.graph._util import official_saver
+from tests.integration._helpers import CountingSerde
 
 
-class CountingSerde(JsonPlusSerializer):
-    def __init__(self) -> None:
-        super().__init__()
-        self.decoded: Counter[str] = Counter()
-
-    def loads_typed(self, data: tuple[str, bytes]) -> Any:
-        value = super().loads_typed(data)
-        kind = type(value).__name__
-        if isinstance(value, _DeltaSnapshot):
-            kind = f"snapshot of {len(value.value)}"
-        self.decoded[kind] += 1
-        return value
+def _kind(value: Any) -> list[str]:
+    """What CountingSerde counts: a decoded value by its type, a snapshot by its length."""
+    if isinstance(value, _DeltaSnapshot):
+        return [f"snapshot of {len(value.value)}"]
+    return [type(value).__name__]
 
 
 class State(TypedDict):
@@ -74,7 +66,7 @@ def test_get_state_decodes_the_snapshot_once(dsn: str, writer: str, cache_bytes:
     else:
         with official_saver(dsn) as off:
             _graph(off).invoke({"big": [], "small": [], "n": 0}, CFG)
-    serde = CountingSerde()
+    serde = CountingSerde(_kind)
     with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=cache_bytes) as saver:
         saver.serde = serde
         for _ in range(3):  # cold, then warm
@@ -87,7 +79,7 @@ def test_get_state_decodes_the_snapshot_once(dsn: str, writer: str, cache_bytes:
 async def test_aget_state_decodes_the_snapshot_once(dsn: str) -> None:
     with DeltaPostgresSaver.from_conn_string(dsn) as w:
         _graph(w).invoke({"big": [], "small": [], "n": 0}, CFG)
-    serde = CountingSerde()
+    serde = CountingSerde(_kind)
     async with AsyncDeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as saver:
         saver.serde = serde
         state = await _graph(saver).aget_state(CFG)

@@ -21,42 +21,24 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections import Counter
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.graph import START, StateGraph
-from pydantic import BaseModel, PrivateAttr, field_validator, model_validator
+from pydantic import BaseModel, field_validator, model_validator
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
+from tests._models import Locked
+from tests.graph._reducers import append_reducer
 from tests.graph._util import canon
+from tests.integration._helpers import CountingSerde
 
 TURNS = 7
 _LOCK = type(threading.Lock())
-
-
-class Locked(BaseModel):
-    """Makes its lock in ``model_post_init``; its pickle state leaves the lock out."""
-
-    name: str
-    _lock: Any = PrivateAttr(default=None)
-
-    def model_post_init(self, context: Any) -> None:
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict[Any, Any]:
-        state = super().__getstate__()
-        state["__pydantic_private__"] = {**(state["__pydantic_private__"] or {}), "_lock": None}
-        return state
-
-    def use(self) -> str:
-        with self._lock:
-            return self.name
 
 
 class Shouted(BaseModel):
@@ -85,15 +67,8 @@ class Stamped(BaseModel):
         return self
 
 
-def _add(state: list[Any], writes: list[Any]) -> list[Any]:
-    out = list(state)
-    for w in writes:
-        out.extend(w if isinstance(w, list) else [w])
-    return out
-
-
 class State(TypedDict):
-    items: Annotated[list[Any], DeltaChannel(_add, snapshot_frequency=3)]
+    items: Annotated[list[Any], DeltaChannel(append_reducer, snapshot_frequency=3)]
 
 
 def _models(state: State) -> dict[str, Any]:
@@ -125,21 +100,15 @@ def _messages_input(i: int) -> dict[str, Any]:
     return {"items": [HumanMessage(content=f"turn {i} " + "y" * 200, id=f"h{i}")]}
 
 
-class CountingSerde(JsonPlusSerializer):
-    """Counts what ``loads_typed`` decodes, by the kinds of objects in each value."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.decoded: Counter[str] = Counter()
-
-    def loads_typed(self, data: tuple[str, bytes]) -> Any:
-        value = super().loads_typed(data)
-        for obj in _objects(value):
-            if isinstance(obj, BaseMessage):
-                self.decoded["message"] += 1
-            elif isinstance(obj, Locked | Shouted | Stamped):
-                self.decoded["model"] += 1
-        return value
+def _kinds(value: Any) -> list[str]:
+    """What CountingSerde counts: the kinds of objects in a decoded value."""
+    kinds = []
+    for obj in _objects(value):
+        if isinstance(obj, BaseMessage):
+            kinds.append("message")
+        elif isinstance(obj, Locked | Shouted | Stamped):
+            kinds.append("model")
+    return kinds
 
 
 def _objects(v: Any) -> list[Any]:
@@ -260,7 +229,7 @@ def test_cache_off_reads_back_as_the_serializer_gives_them(dsn: str) -> None:
 
 
 def test_messages_keep_the_fast_path_and_models_are_decoded_per_answer(dsn: str) -> None:
-    serde = CountingSerde()
+    serde = CountingSerde(_kinds)
     with DeltaPostgresSaver.from_conn_string(dsn, serde=serde) as saver:
         messages, models = _graph(saver, _messages), _graph(saver, _models)
         for i in range(TURNS):

@@ -11,33 +11,23 @@ the same channel versions; a value mutated by its caller), sync and async.
 from __future__ import annotations
 
 import operator
-from collections import Counter
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
 from tests.graph._graphs import append_reducer
 from tests.graph._util import canon, official_saver
+from tests.integration._helpers import CountingSerde
 
 
-class CountingSerde(JsonPlusSerializer):
-    """Counts the DeltaChannel snapshots it decodes, by their length."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.decoded: Counter[int] = Counter()
-
-    def loads_typed(self, data: tuple[str, bytes]) -> Any:
-        value = super().loads_typed(data)
-        if isinstance(value, _DeltaSnapshot):
-            self.decoded[len(value.value)] += 1
-        return value
+def _snapshot_length(value: Any) -> list[int]:
+    """What CountingSerde counts: the DeltaChannel snapshots, by their length."""
+    return [len(value.value)] if isinstance(value, _DeltaSnapshot) else []
 
 
 class State(TypedDict):
@@ -94,7 +84,7 @@ def test_a_value_read_again_is_not_sent_or_decoded_again(dsn: str) -> None:
     with DeltaPostgresSaver.from_conn_string(dsn) as w:
         _graph(w, "a").invoke(INPUT, _cfg("held-a"))
     head, _ = _reference(dsn, "held-a")
-    serde = CountingSerde()
+    serde = CountingSerde(_snapshot_length)
     with DeltaPostgresSaver.from_conn_string(dsn) as saver:
         saver.serde = serde
         decoded = []
@@ -153,7 +143,7 @@ def test_list_decodes_a_carried_over_blob_once(dsn: str) -> None:
     with DeltaPostgresSaver.from_conn_string(dsn) as w:
         _graph(w, "c", size=300).invoke(INPUT, _cfg("held-c"))
     _, listing = _reference(dsn, "held-c")
-    serde = CountingSerde()
+    serde = CountingSerde(_snapshot_length)
     with DeltaPostgresSaver.from_conn_string(dsn, cache_bytes=0) as saver:
         saver.serde = serde
         tuples = list(saver.list(_cfg("held-c")))
@@ -179,7 +169,7 @@ async def test_async_saver_keeps_and_reads_held_values(dsn: str) -> None:
     with DeltaPostgresSaver.from_conn_string(dsn) as w:
         _graph(w, "d").invoke(INPUT, _cfg("held-d"))
     head, listing = _reference(dsn, "held-d")
-    serde = CountingSerde()
+    serde = CountingSerde(_snapshot_length)
     async with AsyncDeltaPostgresSaver.from_conn_string(dsn) as saver:
         saver.serde = serde
         for _ in range(5):

@@ -84,16 +84,21 @@ def _grow(saver: DeltaPostgresSaver, thread_id: str, counters: bool, prime: Any)
     return cfg
 
 
-def _cached_plan(saver: DeltaPostgresSaver, tuple_statement: bool, args: sql.Composable) -> str:
+def _cached_plan(
+    saver: DeltaPostgresSaver, tuple_statement: bool, args: sql.Composable, analyze: bool = False
+) -> str:
     """EXPLAIN of the prepared history statement (or get_tuple's, which holds the same
-    walk) with these parameters: the generic plan cached when it was prepared."""
+    walk) with these parameters: the generic plan cached when it was prepared (with
+    ``analyze``: executed, ``EXPLAIN (ANALYZE, COSTS OFF)``)."""
     assert isinstance(saver.conn, psycopg.Connection)
     row = saver.conn.execute(
         "SELECT name FROM pg_prepared_statements WHERE statement LIKE 'WITH RECURSIVE%' "
         f"AND statement {'' if tuple_statement else 'NOT '}LIKE '%AS tu ON%'"
     ).fetchone()
     assert row is not None
-    explain = sql.SQL("EXPLAIN EXECUTE {}({})").format(sql.Identifier(row[0]), args)
+    explain = sql.SQL(
+        "EXPLAIN (ANALYZE, COSTS OFF) EXECUTE {}({})" if analyze else "EXPLAIN EXECUTE {}({})"
+    ).format(sql.Identifier(row[0]), args)
     return "\n".join(r[0] for r in saver.conn.execute(explain))
 
 
@@ -202,18 +207,5 @@ def test_get_tuple_sorts_the_history_rows_not_the_tuple(dsn: str) -> None:
         assert top.startswith("Nested Loop Left Join"), plan
         assert "Materialize" not in plan, plan
         # executed: every sort in it is in memory (only the narrow rows are sorted)
-        assert isinstance(saver.conn, psycopg.Connection)
-        row = saver.conn.execute(
-            "SELECT name FROM pg_prepared_statements WHERE statement LIKE 'WITH RECURSIVE%' "
-            "AND statement LIKE '%AS tu ON%'"
-        ).fetchone()
-        assert row is not None
-        ran = "\n".join(
-            r[0]
-            for r in saver.conn.execute(
-                sql.SQL("EXPLAIN (ANALYZE, COSTS OFF) EXECUTE {}({})").format(
-                    sql.Identifier(row[0]), args
-                )
-            )
-        )
+        ran = _cached_plan(saver, True, args, analyze=True)
         assert "Sort Method" in ran and "Disk:" not in ran and "external" not in ran, ran

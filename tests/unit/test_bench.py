@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import langgraph.checkpoint.postgres  # noqa: F401  the test extra installs the bench deps:
 import matplotlib  # noqa: F401  a missing one is an error, never a skip
@@ -27,6 +28,19 @@ def _args(**kw: object) -> argparse.Namespace:
     for k, v in kw.items():
         setattr(ns, k, v)
     return ns
+
+
+def _only(pg_server: PgServer, tmp_path: Path, section: str, report: bool = False) -> Any:
+    """``bench --only SECTION --json F`` at the tiny scale (``--out DIR`` too when
+    ``report``): it exits 0 and its JSON names the command; that JSON."""
+    out_json = tmp_path / f"{section}.json"
+    out = {"out": str(tmp_path / "report")} if report else {}
+    args = _args(dsn=pg_server.admin_dsn, scale="tiny", only=section, json=str(out_json), **out)
+    assert bench.run(args) == 0
+    res = json.loads(out_json.read_text())
+    tail = f" --out {tmp_path / 'report'}" if report else ""
+    assert res["command"].endswith(f"--only {section} --json {out_json}{tail}")
+    return res
 
 
 def test_quick_path_json_and_report(pg_server: PgServer, tmp_path: Path) -> None:
@@ -108,11 +122,7 @@ def test_quick_path_json_and_report(pg_server: PgServer, tmp_path: Path) -> None
 
 
 def test_only_retention(pg_server: PgServer, tmp_path: Path) -> None:
-    out_json = tmp_path / "retention.json"
-    args = _args(dsn=pg_server.admin_dsn, scale="tiny", only="retention", json=str(out_json))
-    assert bench.run(args) == 0
-    res = json.loads(out_json.read_text())
-    assert res["command"].endswith("--only retention --json " + str(out_json))
+    res = _only(pg_server, tmp_path, "retention")
     ret = res["retention"]
     assert set(ret["storage"]) == {
         f"{k}/{v}" for k in ("default", "k5")
@@ -146,11 +156,7 @@ def test_only_retention(pg_server: PgServer, tmp_path: Path) -> None:
 
 
 def test_only_writes(pg_server: PgServer, tmp_path: Path) -> None:
-    out_json = tmp_path / "writes.json"
-    args = _args(dsn=pg_server.admin_dsn, scale="tiny", only="writes", json=str(out_json))
-    assert bench.run(args) == 0
-    res = json.loads(out_json.read_text())
-    assert res["command"].endswith("--only writes --json " + str(out_json))
+    res = _only(pg_server, tmp_path, "writes")
     w = res["writes"]
     assert (w["tasks"], w["nodes"], w["runs"]) == (16, 8, 4)
     for part in ("fan_out_sync", "fan_out_async"):
@@ -167,12 +173,7 @@ def test_only_writes(pg_server: PgServer, tmp_path: Path) -> None:
 
 
 def test_only_load(pg_server: PgServer, tmp_path: Path) -> None:
-    out_json = tmp_path / "load.json"
-    args = _args(dsn=pg_server.admin_dsn, scale="tiny", only="load", json=str(out_json),
-                 out=str(tmp_path / "report"))
-    assert bench.run(args) == 0
-    res = json.loads(out_json.read_text())
-    assert res["command"].endswith(f"--only load --json {out_json} --out {tmp_path / 'report'}")
+    res = _only(pg_server, tmp_path, "load", report=True)
     ld = res["load"]
     # both savers ended every session on the same state
     assert ld["states_equal"] is True
@@ -340,12 +341,7 @@ def test_only_agent(pg_server: PgServer, tmp_path: Path) -> None:
     the bench deps above, a missing one is an error, never a skip (imported here, not at
     the top, so the other tests of this file do not pay for importing langchain)."""
     import deepagents  # noqa: F401
-    out_json = tmp_path / "agent.json"
-    args = _args(dsn=pg_server.admin_dsn, scale="tiny", only="agent", json=str(out_json),
-                 out=str(tmp_path / "report"))
-    assert bench.run(args) == 0
-    res = json.loads(out_json.read_text())
-    assert res["command"].endswith(f"--only agent --json {out_json} --out {tmp_path / 'report'}")
+    res = _only(pg_server, tmp_path, "agent", report=True)
     a = res["agent"]
     assert a["turns"] == 6
     # deepagents' state: DeltaChannel on messages and files

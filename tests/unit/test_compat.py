@@ -3,12 +3,11 @@ with an error that names the supported versions, and pyproject states the same r
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 from langgraph_delta_postgres._compat import SUPPORTED_LANGGRAPH_CHECKPOINT
+from tests.unit.test_demo_inspect import python_c
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,9 +19,7 @@ def test_missing_private_snapshot_type_is_a_clear_import_error() -> None:
         "del t._DeltaSnapshot\n"
         "import langgraph_delta_postgres\n"
     )
-    p = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
-    )
+    p = python_c(code)
     assert p.returncode == 1
     last = p.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError: langgraph-delta-postgres needs langgraph-checkpoint"), last

@@ -35,6 +35,7 @@ from pydantic import (
 )
 
 from langgraph_delta_postgres._cache import copies
+from tests._models import Locked
 
 SERDE = JsonPlusSerializer()
 
@@ -91,21 +92,6 @@ class Plain(BaseModel):
 
 class PrivateChild(Private):  # pydantic wraps its private-attribute initialiser
     _more: int = PrivateAttr(0)
-
-
-class Locked(BaseModel):
-    """Makes its lock in model_post_init; its pickle state leaves the lock out."""
-
-    name: str = "x"
-    _lock: Any = PrivateAttr(default=None)
-
-    def model_post_init(self, context: Any) -> None:
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict[Any, Any]:
-        state = super().__getstate__()
-        state["__pydantic_private__"] = {**(state["__pydantic_private__"] or {}), "_lock": None}
-        return state
 
 
 class PostInit(BaseModel):

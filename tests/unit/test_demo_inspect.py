@@ -37,6 +37,23 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
     )
 
 
+def python_c(code: str) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` in a new interpreter (this one's), its output captured."""
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def cli_without(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI's ``main(args)`` in a new interpreter where ``module`` cannot be imported,
+    as when the extra that brings it is not installed."""
+    return python_c(
+        f"import sys; sys.modules[{module!r}] = None\n"
+        "from langgraph_delta_postgres.cli import main\n"
+        f"sys.exit(main({list(args)!r}))\n"
+    )
+
+
 def one_line_error(p: subprocess.CompletedProcess[str]) -> str:
     assert "Traceback" not in p.stderr, p.stderr
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
@@ -104,14 +121,7 @@ def test_demo_embedded_prints_table_and_leaves_nothing(tmp_path: Path) -> None:
 
 def test_demo_without_its_extra_says_what_to_install() -> None:
     # tqdm missing, simulated: the demo extra is what brings it
-    code = (
-        "import sys; sys.modules['tqdm'] = None\n"
-        "from langgraph_delta_postgres.cli import main\n"
-        "sys.exit(main(['demo', '--turns', '1']))\n"
-    )
-    p = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
-    )
+    p = cli_without("tqdm", "demo", "--turns", "1")
     assert p.returncode == 2
     from langgraph_delta_postgres._local.install import install_hint
 

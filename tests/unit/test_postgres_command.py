@@ -22,7 +22,7 @@ from langgraph.graph import START, StateGraph
 
 from langgraph_delta_postgres import DeltaPostgresSaver
 from langgraph_delta_postgres._local import watchdog as _watchdog
-from tests.unit.test_demo_inspect import one_line_error, postgres_processes_under
+from tests.unit.test_demo_inspect import cli_without, one_line_error, postgres_processes_under
 
 START_TIMEOUT = 120
 
@@ -282,14 +282,7 @@ def pgrep(data: Path) -> list[str]:
 
 
 def test_without_the_embedded_extra_exit_2_and_say_what_to_install() -> None:
-    code = (
-        "import sys; sys.modules['pgserver'] = None\n"
-        "from langgraph_delta_postgres.cli import main\n"
-        "sys.exit(main(['postgres']))\n"
-    )
-    p = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
-    )
+    p = cli_without("pgserver", "postgres")
     assert p.returncode == 2, p.stderr  # a missing extra, as for demo, bench and prune
     assert p.stdout == ""
     err = one_line_error(p)

@@ -17,6 +17,8 @@ from langgraph_delta_postgres import DeltaPostgresSaver
 from langgraph_delta_postgres._local.workloads import build_graph, user_input
 from langgraph_delta_postgres.replicas import RoutingSaver
 
+from ..timing import run_threads
+
 WORKLOAD = "coding_a"
 #: scale -> (threads, turns per thread, readers, writers, seconds per round, rounds)
 SIZES = {
@@ -170,12 +172,7 @@ def _round(mode: str, dsn: str, replica: str, dbname: str, standby_admin: str,
         cpu0 = _cpu_ms(reader_pids)
         workers = [threading.Thread(target=read, args=(i,)) for i in range(readers)]
         workers += [threading.Thread(target=write, args=(j,)) for j in range(writers)]
-        for w in workers:
-            w.start()
-        time.sleep(seconds)
-        stop.set()
-        for w in workers:
-            w.join()
+        run_threads(workers, seconds, stop)
         cpu1 = _cpu_ms(reader_pids)
         routed = [s.routing_stats() for s in savers if isinstance(s, RoutingSaver)]
     if errors:
