@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -226,9 +227,7 @@ PRINTING = {
 
 @pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
 @pytest.mark.parametrize("command", list(PRINTING))
-def test_a_closed_pipe_is_no_traceback(
-    dsn: str, tmp_path: Path, command: str, buffered: bool
-) -> None:
+def test_a_closed_pipe_is_no_traceback(dsn: str, command: str, buffered: bool) -> None:
     """``langgraph-delta-pg COMMAND | true``: the reader has gone before the command
     writes (a real pipe whose read end is closed). Every printing command ends the same
     way, from one place (cli.main): no traceback, nothing on stderr about it, the exit
@@ -246,10 +245,15 @@ def test_a_closed_pipe_is_no_traceback(
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "PYTHONUNBUFFERED")}
     if not buffered:
         env["PYTHONUNBUFFERED"] = "1"
-    tmp = tmp_path / "tmp"  # `postgres`: its server's directory lands here
+    # `postgres`: its server's directory (and socket) lands in TMPDIR, so a short one: a
+    # Unix socket path has at most 107 bytes, which pytest's tmp_path under xdist, on a
+    # machine that ran pytest many times (/tmp/pytest-of-USER/pytest-NNN/popen-gwN/...),
+    # can exceed
+    short = Path(tempfile.mkdtemp(prefix="lgdp-pipe-"))
+    tmp = short / "tmp"
     tmp.mkdir()
-    (tmp_path / "runtime").mkdir(mode=0o700)
-    env.update(TMPDIR=str(tmp), XDG_RUNTIME_DIR=str(tmp_path / "runtime"))
+    (short / "run").mkdir(mode=0o700)
+    env.update(TMPDIR=str(tmp), XDG_RUNTIME_DIR=str(short / "run"))
     read, write = os.pipe()
     os.close(read)
     try:
@@ -258,13 +262,15 @@ def test_a_closed_pipe_is_no_traceback(
              *(a.format(dsn=dsn) for a in PRINTING[command])],
             stdout=write, stderr=subprocess.PIPE, text=True, timeout=300, env=env,
         )
+        left = list(tmp.iterdir())
     finally:
         os.close(write)
+        shutil.rmtree(short, ignore_errors=True)
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
     assert "error" not in done.stderr.lower(), done.stderr
     assert done.returncode == 141, (done.returncode, done.stderr)
     if command == "postgres":  # and it stopped the server it had started
-        assert list(tmp.iterdir()) == []
+        assert left == []
 
 
 @pytest.mark.parametrize("fmt", [[], ["--json"]], ids=["text", "json"])
