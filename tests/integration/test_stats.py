@@ -155,7 +155,7 @@ def test_graph_run_logs_nothing_above_debug(
         def boom(*a: Any, **k: Any) -> None:
             raise AssertionError("a statement was logged with DEBUG off")
 
-        monkeypatch.setattr("langgraph_delta_postgres.saver.log_statement", boom)
+        monkeypatch.setattr("langgraph_delta_postgres._driver_sync.log_statement", boom)
         logging.getLogger("langgraph_delta_postgres").setLevel(logging.INFO)
         try:
             _run_turns(graph, "st-log", 2)
