@@ -243,8 +243,8 @@ target AS (
     ) AS t
 ),
 -- The channels of those the target claims (stored_channels) with no value left to back
--- the claim (no inline primitive, no non-"empty" blob at its version): see "Values gone"
--- in the header. Read only by the 'x' rows of `rows`; probed only when the target claims
+-- the claim (no inline primitive, no non-"empty" blob at its version: the negation of
+-- rules.stores_value, NULL read as not stored): see "Values gone" in the header. Read only by the 'x' rows of `rows`; probed only when the target claims
 -- one of the channels (LangGraph asks the history of a channel the target has no value
 -- for: a claim there is rare).
 target_gone AS (

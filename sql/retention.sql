@@ -363,7 +363,8 @@ SELECT
 -- visible; the last is where compaction stores each DeltaChannel's full value). Per row,
 -- of the channels %(channels)s (the graph's DeltaChannels): the version it names,
 -- whether it stores a value (as `walk` reads it: an inline primitive or a non-'empty'
--- blob at that version), and whether it has pending writes to them.
+-- blob at that version; the rule of rules.stores_value, written here with EXISTS), and
+-- whether it has pending writes to them.
 -- Parameters: thread_id, checkpoint_ns, keep_last int, channels text[].
 -- Result columns, by depth (1 = the latest): depth, checkpoint_id, seed_only,
 -- versions jsonb (channel_versions), stored text[], written text[].
