@@ -24,7 +24,7 @@ Row = dict[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class Stmt:
-    """One statement for a driver to execute (``adrive`` / ``drive``, ``aio.py``): the
+    """One statement for a driver to execute (``adrive`` / ``drive``, _driver_async.py): the
     statements of the savers' operations, of the migration plan (``migrate._plan``) and
     of the routing savers' ``Query`` steps (``replicas/_ops.py``). ``params``: None sends
     it with the simple query protocol, which takes several statements at once (a

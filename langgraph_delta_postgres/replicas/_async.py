@@ -38,8 +38,8 @@ from .._connect import (
     may_retry,
     retrying,
 )
-from .._ops.retention import PruneStats
 from .._driver_async import aexecute_stmt
+from .._ops.retention import PruneStats
 from ..aio import AsyncDeltaPostgresSaver
 from ._ops import (
     Query,
