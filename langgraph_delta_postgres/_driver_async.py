@@ -41,6 +41,16 @@ from .errors import StaleServerError
 AsyncConn = AsyncConnection[Any] | AsyncConnectionPool[Any]
 
 
+async def aexecute_stmt(cur: AsyncCursor[Any], stmt: Stmt) -> list[Any]:
+    """Execute one statement on ``cur``; its rows, in the form ``stmt`` asks for (none
+    when it fetches nothing). Every statement of the package that a ``Stmt`` carries
+    runs here: the savers' operations and the migration plan through :func:`adrive`,
+    the routing savers' queries directly."""
+    cur.row_factory = tuple_row if stmt.by_position else dict_row
+    await cur.execute(stmt.query, stmt.params, prepare=stmt.prepare, binary=stmt.binary)
+    return await cur.fetchall() if stmt.fetch else []
+
+
 async def adrive(cur: AsyncCursor[Any], op: Op[T], at: list[Stmt] | None = None) -> T:
     """Run an operation's statements on ``cur``, feeding each one's rows back; ``at``
     gets each statement before it runs (the one to run again if the connection broke)."""
@@ -51,9 +61,7 @@ async def adrive(cur: AsyncCursor[Any], op: Op[T], at: list[Stmt] | None = None)
             if at is not None:
                 at.append(stmt)
             started = time.perf_counter() if debug else 0.0
-            cur.row_factory = tuple_row if stmt.by_position else dict_row
-            await cur.execute(stmt.query, stmt.params, binary=stmt.binary)
-            rows = await cur.fetchall() if stmt.fetch else []
+            rows = await aexecute_stmt(cur, stmt)
             if debug:
                 log_statement(op, stmt, started, rows)
             stmt = op.send(rows)

@@ -31,6 +31,16 @@ from .errors import StaleServerError
 SyncConn = Connection[Any] | ConnectionPool[Any]
 
 
+def execute_stmt(cur: Cursor[Any], stmt: Stmt) -> list[Any]:
+    """Execute one statement on ``cur``; its rows, in the form ``stmt`` asks for (none
+    when it fetches nothing). Every statement of the package that a ``Stmt`` carries
+    runs here: the savers' operations and the migration plan through :func:`drive`,
+    the routing savers' queries directly."""
+    cur.row_factory = tuple_row if stmt.by_position else dict_row
+    cur.execute(stmt.query, stmt.params, prepare=stmt.prepare, binary=stmt.binary)
+    return cur.fetchall() if stmt.fetch else []
+
+
 def drive(cur: Cursor[Any], op: Op[T], at: list[Stmt] | None = None) -> T:
     """Run an operation's statements on ``cur``, feeding each one's rows back; ``at``
     gets each statement before it runs (the one to run again if the connection broke)."""
@@ -41,9 +51,7 @@ def drive(cur: Cursor[Any], op: Op[T], at: list[Stmt] | None = None) -> T:
             if at is not None:
                 at.append(stmt)
             started = time.perf_counter() if debug else 0.0
-            cur.row_factory = tuple_row if stmt.by_position else dict_row
-            cur.execute(stmt.query, stmt.params, binary=stmt.binary)
-            rows = cur.fetchall() if stmt.fetch else []
+            rows = execute_stmt(cur, stmt)
             if debug:
                 log_statement(op, stmt, started, rows)
             stmt = op.send(rows)

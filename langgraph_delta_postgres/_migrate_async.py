@@ -1,11 +1,13 @@
 # <async-only>
 """The migration runner, async: :func:`.migrate.amigrate`, the source of
 ``_migrate_sync.py`` (:func:`.migrate.migrate`, written by scripts/async_to_sync.py). It
-runs the plan of :mod:`.migrate` (``_plan``), whose names it reads at each call."""
+runs the plan of :mod:`.migrate` (``_plan``, statements), whose names it reads at each
+call, with the savers' driver (:func:`._driver_async.adrive`)."""
 # </async-only>
 # <sync-only>
 # """The migration runner, sync: :func:`.migrate.migrate`. It runs the plan of
-# :mod:`.migrate` (``_plan``), whose names it reads at each call."""
+# :mod:`.migrate` (``_plan``, statements), whose names it reads at each call, with the
+# savers' driver (:func:`._driver_sync.drive`)."""
 # </sync-only>
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from psycopg.rows import dict_row
 
 from . import migrate as _m
 from ._acompat import asleep
+from ._driver_async import adrive
 from ._sql import Queries
 from .migrate import Migration
 
@@ -52,19 +55,11 @@ async def amigrate(conn: AsyncConnection[Any], *, schema: str | None = None) -> 
             ).fetchone()
             await cur.execute(q["migrate.set_planner_settings"], _m.PLANNER_DEFAULTS, prepare=False)
             try:
-                plan = _m._plan(schema, migrations)
-                try:
-                    stmt, params, fetch = next(plan)
-                    while True:
-                        await cur.execute(stmt, params, prepare=False)
-                        rows = await cur.fetchall() if fetch else []
-                        stmt, params, fetch = plan.send(rows)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
-                except BaseException:
-                    if conn.info.transaction_status != 0:
-                        await conn.rollback()
-                    raise
+                return await adrive(cur, _m._plan(schema, migrations))
+            except BaseException:
+                if conn.info.transaction_status != 0:
+                    await conn.rollback()
+                raise
             finally:
                 await cur.execute(q["migrate.set_planner_settings"], saved, prepare=False)
                 await cur.execute(q["migrate.unlock"], key, prepare=False)

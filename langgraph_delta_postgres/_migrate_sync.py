@@ -1,7 +1,8 @@
 # Generated from _migrate_async.py by scripts/async_to_sync.py: do not edit.
 # Edit the source, then run: python scripts/async_to_sync.py
 """The migration runner, sync: :func:`.migrate.migrate`. It runs the plan of
-:mod:`.migrate` (``_plan``), whose names it reads at each call."""
+:mod:`.migrate` (``_plan``, statements), whose names it reads at each call, with the
+savers' driver (:func:`._driver_sync.drive`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from psycopg.rows import dict_row
 
 from . import migrate as _m
 from ._acompat import sleep
+from ._driver_sync import drive
 from ._sql import Queries
 from .migrate import Migration
 
@@ -47,19 +49,11 @@ def migrate(conn: Connection[Any], *, schema: str | None = None) -> list[Migrati
             ).fetchone()
             cur.execute(q["migrate.set_planner_settings"], _m.PLANNER_DEFAULTS, prepare=False)
             try:
-                plan = _m._plan(schema, migrations)
-                try:
-                    stmt, params, fetch = next(plan)
-                    while True:
-                        cur.execute(stmt, params, prepare=False)
-                        rows = cur.fetchall() if fetch else []
-                        stmt, params, fetch = plan.send(rows)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
-                except BaseException:
-                    if conn.info.transaction_status != 0:
-                        conn.rollback()
-                    raise
+                return drive(cur, _m._plan(schema, migrations))
+            except BaseException:
+                if conn.info.transaction_status != 0:
+                    conn.rollback()
+                raise
             finally:
                 cur.execute(q["migrate.set_planner_settings"], saved, prepare=False)
                 cur.execute(q["migrate.unlock"], key, prepare=False)

@@ -1,6 +1,11 @@
 """Load the SQL of ``sql/*.sql`` and render it for one Postgres schema.
 
-Files hold either one statement, or named blocks that start with ``-- name: NAME``.
+Files hold either one statement, or named blocks that start with ``-- name: NAME``, and
+fragments, ``-- fragment: NAME($param, ...)``: a piece of SQL that statements share,
+written once (``sql/rules.sql``). A statement includes one with a line
+``@FILE.NAME(arg, ...)``; :func:`raw_blocks` puts the fragment's text there, each line
+indented as that line was and each ``$param`` replaced by its argument, so the statement
+is byte for byte the one with the fragment written in.
 ``{s}`` in a statement is the table prefix: empty (the connection's ``search_path``, like
 the official saver) or ``"schema".`` composed with :class:`psycopg.sql.Identifier`;
 ``{schema}`` is the bare identifier. Parameters are named (``%(name)s``). Literal braces
@@ -18,14 +23,22 @@ from functools import cache
 from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from psycopg import sql
 
 if TYPE_CHECKING:
     from psycopg.abc import AdaptContext
 
-_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+_BLOCK = re.compile(r"^-- (name|fragment): (\w+)(?:\(([^)]*)\))?\s*$", re.MULTILINE)
+_INCLUDE = re.compile(r"^([ \t]*)@(\w+)\.(\w+)\(([^)]*)\)[ \t]*$", re.MULTILINE)
+
+
+class Fragment(NamedTuple):
+    """A ``-- fragment:`` block: its parameters (``$row``, ...) and its text."""
+
+    params: tuple[str, ...]
+    text: str
 
 
 def data_dir(name: str) -> Traversable:
@@ -47,17 +60,51 @@ def _strip_comments(text: str) -> str:
 
 
 @cache
-def raw_blocks(filename: str) -> dict[str, str]:
-    """``{block name: SQL text}`` of one file; a file without names is one block named
-    after the file (without ``.sql``)."""
+def _parse(filename: str) -> tuple[dict[str, str], dict[str, Fragment]]:
     text = data_dir("sql").joinpath(filename).read_text(encoding="utf-8")
-    parts = _NAME.split(text)
+    parts = _BLOCK.split(text)
     if len(parts) == 1:
-        return {filename.removesuffix(".sql"): _strip_comments(text)}
+        return {filename.removesuffix(".sql"): _strip_comments(text)}, {}
     blocks: dict[str, str] = {}
-    for i in range(1, len(parts), 2):
-        blocks[parts[i]] = _strip_comments(parts[i + 1])
-    return blocks
+    frags: dict[str, Fragment] = {}
+    for i in range(1, len(parts), 4):
+        kind, name, params, body = parts[i: i + 4]
+        if kind == "name":
+            blocks[name] = _strip_comments(body)
+        else:
+            names = tuple(p.strip() for p in (params or "").split(",") if p.strip())
+            frags[name] = Fragment(names, _strip_comments(body))
+    return blocks, frags
+
+
+def fragments(filename: str) -> dict[str, Fragment]:
+    """``{fragment name: Fragment}`` of one file."""
+    return _parse(filename)[1]
+
+
+def include_fragments(text: str) -> str:
+    """``text`` with every ``@FILE.NAME(args)`` line replaced by that fragment."""
+
+    def one(m: re.Match[str]) -> str:
+        indent, stem, name, args = m.groups()
+        frag = fragments(stem + ".sql").get(name)
+        if frag is None:
+            raise KeyError(f"no fragment {name!r} in sql/{stem}.sql (included as {m[0]!r})")
+        values = [a.strip() for a in args.split(",")] if args.strip() else []
+        if len(values) != len(frag.params):
+            raise ValueError(f"{m[0].strip()!r}: {stem}.{name} takes {frag.params}")
+        bound = dict(zip(frag.params, values, strict=True))
+        body = re.sub(r"\$\w+", lambda p: bound.get(p[0], p[0]), frag.text)
+        return "\n".join(indent + ln if ln else ln for ln in body.splitlines())
+
+    return _INCLUDE.sub(one, text)
+
+
+@cache
+def raw_blocks(filename: str) -> dict[str, str]:
+    """``{block name: SQL text}`` of one file, fragments included; a file without names
+    is one block named after the file (without ``.sql``)."""
+    return {name: include_fragments(text) for name, text in _parse(filename)[0].items()}
 
 
 def sql_files() -> list[str]:

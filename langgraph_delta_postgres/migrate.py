@@ -29,7 +29,8 @@
   pending it refuses before changing anything, saying to run migrations on a direct
   connection (see :data:`POOLED`).
 
-The runner is a generator of steps shared by :func:`migrate` and :func:`amigrate`.
+The runner is a generator of statements (``_plan``, yielding :class:`._ops.base.Stmt`)
+that :func:`migrate` and :func:`amigrate` run with the savers' driver.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ import hashlib
 import re
 import time
 import zlib
-from collections.abc import Generator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -47,6 +47,7 @@ from psycopg import AsyncConnection, Connection, sql
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
+from ._ops.base import Op, Stmt
 from ._sql import Queries, data_dir, render
 from .errors import MigrationError as MigrationError  # its documented home: migrate
 
@@ -204,18 +205,24 @@ def describe_drift(status: Status) -> str:
     return "\n".join(lines)
 
 
-# A step is a statement to run with autocommit on: (statement, params, fetch). Params
-# None sends it with the simple query protocol, which takes several statements at once.
-_Step = tuple[sql.Composed | sql.SQL, dict[str, Any] | None, bool]
-_Plan = Generator[_Step, list[dict[str, Any]], list[Migration]]
+_Plan = Op[list[Migration]]
+
+
+def _step(query: sql.Composed | sql.SQL, params: dict[str, Any] | None = None,
+          fetch: bool = False) -> Stmt:
+    """A statement of the plan, run with autocommit on and never prepared; params None
+    sends it with the simple query protocol, which takes several statements at once."""
+    return Stmt(query, params, fetch=fetch, prepare=False)
 
 
 def _plan(schema: str | None, migrations: list[Migration]) -> _Plan:
+    """The migration run, as statements (:class:`._ops.base.Stmt`) that the savers'
+    driver runs (``adrive`` / ``drive``, in ``_migrate_async.py``)."""
     q = Queries(schema)
     if schema is not None:
-        yield q["migrate.create_schema"], None, False
-    yield q["migrate.create_ledger"], None, False
-    ledger = yield q["migrate.select_ledger"], None, True
+        yield _step(q["migrate.create_schema"])
+    yield _step(q["migrate.create_ledger"])
+    ledger = yield _step(q["migrate.select_ledger"], fetch=True)
     status = _compare(migrations, ledger)
     if status.drifted:
         raise MigrationError(
@@ -225,33 +232,32 @@ def _plan(schema: str | None, migrations: list[Migration]) -> _Plan:
     for m in status.pending:
         started = time.monotonic()
         if m.transactional:
-            yield sql.SQL("BEGIN"), None, False
-            yield render(m.text, schema), None, False
+            yield _step(sql.SQL("BEGIN"))
+            yield _step(render(m.text, schema))
         elif m.batched:
             batch = render(m.statements()[0], schema)
             vacuum = render(f"VACUUM {{s}}{m.vacuum}", schema) if m.vacuum else None
             after = None
             runs = 0
             while True:
-                rows = yield batch, {"after": after, "batch_rows": BATCH_ROWS}, True
+                rows = yield _step(batch, {"after": after, "batch_rows": BATCH_ROWS}, True)
                 runs += 1
                 done = not rows or rows[0]["last"] is None
                 if vacuum is not None and (done or runs % VACUUM_EVERY_BATCHES == 0):
-                    yield vacuum, None, False
+                    yield _step(vacuum)
                 if done:
                     break
                 after = rows[0]["last"]
         else:
             for statement in m.statements():
-                yield render(statement, schema), None, False
+                yield _step(render(statement, schema))
         ms = int((time.monotonic() - started) * 1000)
-        yield (
+        yield _step(
             q["migrate.insert_ledger"],
             {"version": m.version, "name": m.name, "checksum": m.checksum, "duration_ms": ms},
-            False,
         )
         if m.transactional:
-            yield sql.SQL("COMMIT"), None, False
+            yield _step(sql.SQL("COMMIT"))
         applied.append(m)
     return applied
 

@@ -73,6 +73,7 @@ NAMES: dict[str, str | None] = {
     "atoken": "token",
     "SyncBridge": None,
     "adrive": "drive",
+    "aexecute_stmt": "execute_stmt",
     "ahold": "hold",
     "acheck_if_idle": "check_if_idle",
     "amark_returned": "mark_returned",

@@ -65,8 +65,9 @@ SELECT
 -- stored_channels, so that the history calls after the listing (get_state_history: one
 -- per entry, _ops/listed.py) read a seed from these rows by the walk's rule, "stores a
 -- value" (delta_history.sql, "The walk": a claim backed by an inline primitive or a
--- non-"empty" blob at the row's version; a NULL row probed for every channel). The
--- other reads (get_tuple, list without a thread) do not send it.
+-- non-"empty" blob at the row's version, rules.stores_value; a NULL row probed for
+-- every channel; tests/integration/test_seed_rule.py checks the Python copy against the
+-- fragment). The other reads (get_tuple, list without a thread) do not send it.
 , c.stored_channels AS stored_channels
 
 -- name: from_checkpoints

@@ -79,8 +79,9 @@
 --   migrations) says which channels a row claims; a claim counts only when it is backed
 --   by an inline primitive in channel_values or a non-"empty" blob at the version the
 --   row names (a delete racing a put can leave a claim whose blob is gone: that reads as
---   "not stored", as in the official saver). Only claimed channels are probed, so the
---   common step reads the row alone. A row where stored_channels is NULL (written by
+--   "not stored", as in the official saver; the test is the fragment
+--   rules.stores_value, written once in sql/rules.sql). Only claimed channels are
+--   probed, so the common step reads the row alone. A row where stored_channels is NULL (written by
 --   another saver) is probed for every active channel.
 --   Parent pointers are the only order: checkpoint ids are uuid6 from the writer's
 --   clock, and a child written by a worker whose clock is behind sorts below its parent
@@ -242,8 +243,8 @@ target AS (
     ) AS t
 ),
 -- The channels of those the target claims (stored_channels) with no value left to back
--- the claim (no inline primitive, no non-"empty" blob at its version): see "Values gone"
--- in the header. Read only by the 'x' rows of `rows`; probed only when the target claims
+-- the claim (no inline primitive, no non-"empty" blob at its version: the negation of
+-- rules.stores_value, NULL read as not stored): see "Values gone" in the header. Read only by the 'x' rows of `rows`; probed only when the target claims
 -- one of the channels (LangGraph asks the history of a channel the target has no value
 -- for: a claim there is rare).
 target_gone AS (
@@ -282,17 +283,7 @@ epoch AS (
 seeds AS (
     SELECT s.ch, s.ord, t.parent_checkpoint_id AS hi, c.checkpoint_id AS seed_id,
            c.checkpoint_id IS NULL OR (
-               jsonb_typeof(c.checkpoint -> 'channel_values' -> s.ch)
-                   IN ('string', 'number', 'boolean')
-               OR (
-                   SELECT TRUE FROM {s}checkpoint_blobs AS b
-                   WHERE b.thread_id = %(thread_id)s
-                     AND b.checkpoint_ns = %(checkpoint_ns)s
-                     AND b.channel = s.ch
-                     AND b.version = c.checkpoint -> 'channel_versions' ->> s.ch
-                     AND b.type <> 'empty'
-                   LIMIT 1
-               ) IS NOT NULL
+               @rules.stores_value(c, s.ch)
            ) AS stores
     FROM target AS t
     CROSS JOIN LATERAL unnest(t.channels) WITH ORDINALITY AS s(ch, ord)
@@ -423,17 +414,7 @@ stepwalk AS (
                 WHERE ch <> ALL (h.held)
                   AND (p.stored_channels IS NULL OR ch = ANY (p.stored_channels))
                   AND (
-                      jsonb_typeof(p.checkpoint -> 'channel_values' -> ch)
-                          IN ('string', 'number', 'boolean')
-                      OR (
-                          SELECT TRUE FROM {s}checkpoint_blobs AS b
-                          WHERE b.thread_id = %(thread_id)s
-                            AND b.checkpoint_ns = %(checkpoint_ns)s
-                            AND b.channel = ch
-                            AND b.version = p.checkpoint -> 'channel_versions' ->> ch
-                            AND b.type <> 'empty'
-                          LIMIT 1
-                      ) IS NOT NULL
+                      @rules.stores_value(p, ch)
                   )
             )
         END AS seeded,

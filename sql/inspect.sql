@@ -149,7 +149,8 @@ LIMIT 1
 -- only asks for history of channels missing from the checkpoint): depth 0.
 -- "Stores a value" is read exactly as delta_history.sql reads it: a channel the row's
 -- stored_channels claims (every channel when that column is NULL) backed by an inline
--- primitive or a non-"empty" blob at the version (a claim whose blob is gone: not stored).
+-- primitive or a non-"empty" blob at the version (a claim whose blob is gone: not stored):
+-- the same fragment, rules.stores_value (sql/rules.sql).
 -- The walk follows parent pointers for any order of the ids, as delta_history.sql does.
 -- Parameters: thread_id, checkpoint_ns text, checkpoint_id text or NULL (NULL: the
 --   latest in the namespace), channels text[], max_depth int.
@@ -209,17 +210,7 @@ walk AS (
             SELECT ch FROM unnest(n.active) AS ch
             WHERE (p.stored_channels IS NULL OR ch = ANY (p.stored_channels))
               AND (
-                  jsonb_typeof(p.checkpoint -> 'channel_values' -> ch)
-                      IN ('string', 'number', 'boolean')
-                  OR (
-                      SELECT TRUE FROM {s}checkpoint_blobs AS b
-                      WHERE b.thread_id = %(thread_id)s
-                        AND b.checkpoint_ns = %(checkpoint_ns)s
-                        AND b.channel = ch
-                        AND b.version = p.checkpoint -> 'channel_versions' ->> ch
-                        AND b.type <> 'empty'
-                      LIMIT 1
-                  ) IS NOT NULL
+                  @rules.stores_value(p, ch)
               )
         ) AS seeded,
         CASE WHEN w.checkpoint_id IS NULL OR p.checkpoint_id < w.checkpoint_id THEN w.ups

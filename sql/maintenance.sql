@@ -126,8 +126,9 @@ WHERE thread_id = %(thread_id)s
 -- thread_id (where the source's did name one) and no run_id (the source's runs did not
 -- run on it, so delete_for_runs of them leaves the copy alone).
 -- stored_channels is not copied blindly: a claim is kept only when it is backed, by a
--- blob at the version the checkpoint names or by a non-null inline value (a delete that
--- raced a put can leave a claim whose blob is gone; it reads as "not stored").
+-- blob at the version the checkpoint names or by an inline primitive (a delete that
+-- raced a put can leave a claim whose blob is gone; it reads as "not stored"): the seed
+-- rule of rules.stores_value, written here with EXISTS and the source row's thread.
 -- A seed-only checkpoint stays seed-only in the copy (the copy's visible checkpoints
 -- rebuild their state from it, as the source's do).
 -- Writes are copied only with their checkpoint: orphans (writes whose checkpoint was

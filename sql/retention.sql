@@ -116,7 +116,8 @@ wanted AS (
 -- channel_versions names. stored_channels (when not NULL) is a fast negative: a channel
 -- it does not name is not stored. A claim it makes must be backed by its blob or inline
 -- value (a delete racing a put can leave a claim whose blob is gone): a claim with
--- neither counts as NOT stored, as the official saver reads it.
+-- neither counts as NOT stored, as the official saver reads it. The test is the fragment
+-- rules.stores_value (sql/rules.sql), which the history walk includes too.
 --
 -- %(settled)s text[], %(settled_at)s text: channels that need nothing older than the
 -- checkpoint settled_at, whatever it stores (prune(graph=...): compaction stored their
@@ -163,17 +164,7 @@ walk AS (
                 WHERE (p.checkpoint_id = %(settled_at)s::text AND ch = ANY (%(settled)s::text[]))
                    OR ((p.stored_channels IS NULL OR ch = ANY (p.stored_channels))
                   AND (
-                      jsonb_typeof(p.checkpoint -> 'channel_values' -> ch)
-                          IN ('string', 'number', 'boolean')
-                      OR (
-                          SELECT TRUE FROM {s}checkpoint_blobs AS b
-                          WHERE b.thread_id = %(thread_id)s
-                            AND b.checkpoint_ns = %(checkpoint_ns)s
-                            AND b.channel = ch
-                            AND b.version = p.checkpoint -> 'channel_versions' ->> ch
-                            AND b.type <> 'empty'
-                          LIMIT 1
-                      ) IS NOT NULL
+                      @rules.stores_value(p, ch)
                   ))
             )
         END AS seeded,
@@ -372,7 +363,8 @@ SELECT
 -- visible; the last is where compaction stores each DeltaChannel's full value). Per row,
 -- of the channels %(channels)s (the graph's DeltaChannels): the version it names,
 -- whether it stores a value (as `walk` reads it: an inline primitive or a non-'empty'
--- blob at that version), and whether it has pending writes to them.
+-- blob at that version; the rule of rules.stores_value, written here with EXISTS), and
+-- whether it has pending writes to them.
 -- Parameters: thread_id, checkpoint_ns, keep_last int, channels text[].
 -- Result columns, by depth (1 = the latest): depth, checkpoint_id, seed_only,
 -- versions jsonb (channel_versions), stored text[], written text[].

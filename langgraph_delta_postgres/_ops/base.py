@@ -24,18 +24,25 @@ Row = dict[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class Stmt:
-    """One statement for a driver to execute; ``fetch``: send its rows back, as dicts,
-    or as tuples when ``by_position`` (the history statement: thousands of rows, where a
-    dict per row is measurable); ``binary``: results in binary format (the statements
-    that read blobs: a bytea column in text format is hex, twice its size on the wire
-    and encoded by the server, decoded by the client; a scratch timing on a 1.9 MB seed
-    plus 100 writes, not a benchmark figure: 16.1 ms in text, 8.5 ms in binary)."""
+    """One statement for a driver to execute (``adrive`` / ``drive``, _driver_async.py): the
+    statements of the savers' operations, of the migration plan (``migrate._plan``) and
+    of the routing savers' ``Query`` steps (``replicas/_ops.py``). ``params``: None sends
+    it with the simple query protocol, which takes several statements at once (a
+    migration file); ``fetch``: send its rows back, as dicts, or as tuples when
+    ``by_position`` (the history statement: thousands of rows, where a dict per row is
+    measurable); ``binary``: results in binary format (the statements that read blobs: a
+    bytea column in text format is hex, twice its size on the wire and encoded by the
+    server, decoded by the client; a scratch timing on a 1.9 MB seed plus 100 writes,
+    not a benchmark figure: 16.1 ms in text, 8.5 ms in binary); ``prepare``: psycopg's
+    ``execute(prepare=...)`` (None: the connection's prepare_threshold; migrations never
+    prepare)."""
 
-    query: sql.Composed
-    params: Mapping[str, Any]
+    query: sql.Composed | sql.SQL
+    params: Mapping[str, Any] | None
     fetch: bool = True
     by_position: bool = False
     binary: bool = False
+    prepare: bool | None = None
 
 
 Op = Generator[Stmt, list[Any], T]

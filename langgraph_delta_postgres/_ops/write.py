@@ -315,9 +315,8 @@ class WriteBatch:
         rows: list[list[Any]] = []
         blobs: list[bytes] = []
         at = 0
-        for e in sorted(entries, key=lambda e: (e.stmt.params["thread_id"],
-                                                e.stmt.params["checkpoint_ns"])):
-            p = e.stmt.params
+        for p in sorted((_params(e) for e in entries),
+                        key=lambda p: (p["thread_id"], p["checkpoint_ns"])):
             key = [p["thread_id"], p["checkpoint_ns"], p["checkpoint_id"], p["task_id"],
                    p["task_path"]]
             for idx, ch, type_, off, length in p["writes"].obj:
@@ -329,3 +328,9 @@ class WriteBatch:
             {"data": b"".join(blobs), "writes": plan_param(rows)},
             fetch=False,
         )
+
+
+def _params(entry: _Queued) -> Mapping[str, Any]:
+    """The parameters of a queued put_writes statement (it always has some)."""
+    assert entry.stmt.params is not None
+    return entry.stmt.params

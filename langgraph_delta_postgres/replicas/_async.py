@@ -27,7 +27,6 @@ from langgraph.checkpoint.base import (
     DeltaChannelHistory,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
 from .._acompat import AMETHOD_PREFIX, APOOL_OPEN_AT_INIT
@@ -39,6 +38,7 @@ from .._connect import (
     may_retry,
     retrying,
 )
+from .._driver_async import aexecute_stmt
 from .._ops.retention import PruneStats
 from ..aio import AsyncDeltaPostgresSaver
 from ._ops import (
@@ -222,10 +222,9 @@ class AsyncRoutingSaver(SyncBridge, _RoutingCore):
     async def _query(
         self, saver: AsyncDeltaPostgresSaver, step: Query, broken: list[bool]
     ) -> Any:
-        async with saver._connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+        async with saver._connection() as conn, conn.cursor() as cur:
             try:
-                await cur.execute(self._statement(step.key), step.params)
-                return await cur.fetchall()
+                return await aexecute_stmt(cur, step.stmt)
             except psycopg.OperationalError:
                 if conn.broken or conn.closed:
                     broken.append(True)

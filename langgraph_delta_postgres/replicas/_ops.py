@@ -1,10 +1,11 @@
 """The routing of each call, written once for the sync and async routing savers: an
 operation is a generator that yields steps (:class:`Call`: a method of the primary's or
 a replica's saver; :class:`Query`: a statement of ``sql/replicas.sql`` on one of their
-connections) and receives each step's answer, or has what the step raised thrown in;
-:meth:`.RoutingSaver._drive` and :meth:`.AsyncRoutingSaver._drive` run the steps (the
-pattern of :func:`.saver.drive` and :func:`.aio.adrive`). The rules a step follows are
-in :mod:`._rules` (docs/replicas.md).
+connections, a :class:`.Stmt` as the savers' operations yield, run by the savers'
+``execute_stmt``) and receives each step's answer, or has what the step raised thrown
+in; :meth:`.RoutingSaver._drive` and :meth:`.AsyncRoutingSaver._drive` run the steps
+(the pattern of :func:`.saver.drive` and :func:`.aio.adrive`). The rules a step follows
+are in :mod:`._rules` (docs/replicas.md).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, ClassVar, Generic, cast
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory, get_checkpoint_id
 
+from .._ops.base import Stmt
 from ._rules import _LAST_TUPLE, _NEED, Need, R, Unsafe, _RoutingCore, lsn_to_int, make_token
 
 #: The saver index of a step on the primary (a replica's is its place in ``replicas``).
@@ -42,13 +44,21 @@ class Call:
 
 @dataclass(frozen=True, slots=True)
 class Query:
-    """Run the statement ``key`` on a connection of saver ``saver``; its rows (tuples)
-    are the answer. No guard runs before it."""
+    """Run ``stmt`` on a connection of saver ``saver`` (``execute_stmt``, the savers'
+    driver); its rows (tuples) are the answer. No guard runs before it."""
 
     saver: int
-    key: str | tuple[str, ...]  # blocks of sql/, joined into one statement
-    params: Mapping[str, Any] | None = None
+    stmt: Stmt
     need: ClassVar[None] = None
+
+
+def query(
+    core: _RoutingCore, saver: int, key: str | tuple[str, ...],
+    params: Mapping[str, Any] | None = None,
+) -> Query:
+    """The :class:`Query` of the statement ``key`` (blocks of sql/, several joined into
+    one statement) on saver ``saver``, its rows as tuples."""
+    return Query(saver, Stmt(core._statement(key), params, by_position=True))
 
 
 Step = Call | Query
@@ -117,7 +127,7 @@ def route(
                     raise Unsafe("unsealed_page")
                 if sealed_of is not None and got:
                     params = core._sealed_params(sealed_of, got)
-                    if len((yield Query(i, "replicas.sealed_ids", params))) != len(got):
+                    if len((yield query(core, i, "replicas.sealed_ids", params))) != len(got):
                         raise Unsafe("unsealed_page")
             except Exception as e:  # every doubt: the primary answers
                 core._failed(i, e)
@@ -134,7 +144,7 @@ def route(
 def fetch_lsn(core: _RoutingCore) -> Route[int]:
     """The primary's WAL position now (its timeline is checked on the way)."""
     core._counts["lsn_fetches"] += 1
-    rows = yield Query(PRIMARY, "replicas.primary_lsn")
+    rows = yield query(core, PRIMARY, "replicas.primary_lsn")
     assert rows
     core._primary_timeline(rows[0][1])
     return lsn_to_int(rows[0][0])
@@ -144,7 +154,7 @@ def fetch_head(core: _RoutingCore, thread_id: str, ns: str) -> Route[tuple[int, 
     """(the primary's WAL position now, the namespace's newest checkpoint id): the floor
     of a read of the latest checkpoint, in one statement (``replicas.head``)."""
     core._counts["lsn_fetches"] += 1
-    rows = yield Query(PRIMARY, ("replicas.primary_lsn", "replicas.head"),
+    rows = yield query(core, PRIMARY, ("replicas.primary_lsn", "replicas.head"),
                        {"thread_id": thread_id, "checkpoint_ns": ns})
     assert rows
     lsn, timeline, head = rows[0]
@@ -169,11 +179,11 @@ def op_verify(core: _RoutingCore) -> Route[None]:
     """At construction (async: ``open()``): the primary's server, then each replica's,
     checked against it (``ReplicaMismatchError``). A replica that can't be reached now
     is checked when it is first used."""
-    rows = yield Query(PRIMARY, "server.identity")
+    rows = yield query(core, PRIMARY, "server.identity")
     core._primary_is(rows[0])
     for i in range(len(core.replicas)):
         try:
-            yield Query(i, "server.identity")
+            yield query(core, i, "server.identity")
         except Unsafe as e:
             if e.reason == "timeline":  # maybe a late report: left alone, checked again
                 core._failed(i, e)

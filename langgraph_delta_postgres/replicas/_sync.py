@@ -21,7 +21,6 @@ from langgraph.checkpoint.base import (
     DeltaChannelHistory,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
 
 from .._acompat import METHOD_PREFIX, POOL_OPEN_AT_INIT
@@ -32,6 +31,7 @@ from .._connect import (
     may_retry,
     retrying,
 )
+from .._driver_sync import execute_stmt
 from .._ops.retention import PruneStats
 from ..saver import DeltaPostgresSaver
 from ._ops import (
@@ -187,10 +187,9 @@ class RoutingSaver(_RoutingCore):
     def _query(
         self, saver: DeltaPostgresSaver, step: Query, broken: list[bool]
     ) -> Any:
-        with saver._connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+        with saver._connection() as conn, conn.cursor() as cur:
             try:
-                cur.execute(self._statement(step.key), step.params)
-                return cur.fetchall()
+                return execute_stmt(cur, step.stmt)
             except psycopg.OperationalError:
                 if conn.broken or conn.closed:
                     broken.append(True)

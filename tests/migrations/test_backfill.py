@@ -52,7 +52,7 @@ def _before_batch(batches: int, action: Any) -> Any:
         rows = None
         while True:
             step = inner.send(rows) if rows is not None else next(inner)
-            params = step[1]
+            params = step.params  # a Stmt
             if params is not None and "after" in params:
                 if seen == batches:
                     action()

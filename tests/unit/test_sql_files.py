@@ -10,7 +10,14 @@ import pytest
 from psycopg import sql
 
 import langgraph_delta_postgres
-from langgraph_delta_postgres._sql import Queries, data_dir, raw_blocks, render, sql_files
+from langgraph_delta_postgres._sql import (
+    Queries,
+    data_dir,
+    fragments,
+    raw_blocks,
+    render,
+    sql_files,
+)
 
 PACKAGE = Path(langgraph_delta_postgres.__file__).parent
 SQL_DIR = Path(str(data_dir("sql")))
@@ -133,3 +140,35 @@ def test_headers_name_files_that_exist() -> None:
             if not any(c.is_file() for c in candidates):
                 missing.append(f"{name}: {ref}")
     assert not missing, f"SQL headers name files that do not exist: {missing}"
+
+
+def test_every_fragment_is_included_and_every_include_exists() -> None:
+    """A ``-- fragment:`` block (sql/rules.sql) is included by some statement, and every
+    ``@FILE.NAME(...)`` line names a fragment that exists (raw_blocks raises otherwise)
+    and leaves no ``@`` line or ``$param`` in what is sent."""
+    included: set[str] = set()
+    for f in sql_files():
+        text = (SQL_DIR / f).read_text(encoding="utf-8")
+        included |= {f"{m[0]}.{m[1]}" for m in re.findall(r"^\s*@(\w+)\.(\w+)\(", text, re.M)}
+        for name, block in raw_blocks(f).items():
+            assert not re.search(r"^\s*@\w", block, re.M), f"{f}:{name} keeps an include line"
+            assert not re.search(r"\$[a-z]", block), f"{f}:{name} keeps a fragment parameter"
+    defined = {f"{f.removesuffix('.sql')}.{n}" for f in sql_files() for n in fragments(f)}
+    assert defined, "no fragments"
+    assert sorted(defined - included) == [], "fragments no statement includes"
+    assert sorted(included - defined) == [], "includes of fragments that do not exist"
+
+
+def test_an_included_fragment_is_indented_and_its_parameters_replaced() -> None:
+    """The seed rule comes into delta_history.walk as if written there: indented as the
+    ``@`` line, ``$row`` and ``$ch`` replaced (the statements are byte for byte those of
+    before the fragment, issue 39)."""
+    walk = raw_blocks("delta_history.sql")["walk"]
+    frag = fragments("rules.sql")["stores_value"]
+    assert frag.params == ("$row", "$ch")
+    expected = "\n".join(
+        " " * 22 + ln
+        for ln in frag.text.replace("$row", "p").replace("$ch", "ch").splitlines()
+    )
+    assert expected in walk
+    assert "jsonb_typeof(c.checkpoint -> 'channel_values' -> s.ch)" in walk
