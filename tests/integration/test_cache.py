@@ -19,6 +19,7 @@ from langgraph_delta_postgres import AsyncDeltaPostgresSaver, DeltaPostgresSaver
 from langgraph_delta_postgres._cache import HistoryCache
 from langgraph_delta_postgres.bench.rows import copy_threads, write_chain
 from tests._config import cfg
+from tests.graph._reducers import append_reducer
 from tests.graph._util import canon, canon_history
 
 CHANNELS = ["messages", "files"]
@@ -28,16 +29,9 @@ def _cfg(thread_id: str, checkpoint_id: str | None = None) -> RunnableConfig:
     return cfg(thread_id, checkpoint_id=checkpoint_id)
 
 
-def _add(state: list[Any], writes: list[Any]) -> list[Any]:
-    out = list(state)
-    for w in writes:
-        out.extend(w if isinstance(w, list) else [w])
-    return out
-
-
 class State(TypedDict):
-    messages: Annotated[list[Any], DeltaChannel(_add, snapshot_frequency=4)]
-    files: Annotated[list[Any], DeltaChannel(_add, snapshot_frequency=3)]
+    messages: Annotated[list[Any], DeltaChannel(append_reducer, snapshot_frequency=4)]
+    files: Annotated[list[Any], DeltaChannel(append_reducer, snapshot_frequency=3)]
 
 
 def _chat(state: State) -> dict[str, Any]:

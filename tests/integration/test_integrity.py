@@ -308,13 +308,22 @@ def _open_async(dsn: str) -> None:
     asyncio.run(body())
 
 
+def _open_silent(monkeypatch: pytest.MonkeyPatch, opener: Callable[[str], None],
+                 dsn: str, default_timeout: int) -> tuple[bool, BaseException | None, float]:
+    """``opener(dsn)`` against the silent server, with ``default_timeout`` as the
+    package's connect timeout and no PGCONNECT_TIMEOUT: whether it returned within 20 s,
+    what it raised, how long it took."""
+    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
+    monkeypatch.setattr(core, "DEFAULT_CONNECT_TIMEOUT", default_timeout)
+    return _bounded(lambda: opener(dsn), 20)
+
+
 @pytest.mark.parametrize("opener", [_open_sync, _open_async], ids=["sync", "async"])
 def test_connect_times_out_on_a_server_that_never_answers(
     silent_server: int, monkeypatch: pytest.MonkeyPatch, opener: Callable[[str], None]
 ) -> None:
-    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
-    monkeypatch.setattr(core, "DEFAULT_CONNECT_TIMEOUT", 2)
-    done, err, took = _bounded(lambda: opener(f"postgresql://u@127.0.0.1:{silent_server}/db"), 20)
+    dsn = f"postgresql://u@127.0.0.1:{silent_server}/db"
+    done, err, took = _open_silent(monkeypatch, opener, dsn, 2)
     assert done, "from_conn_string hung on a server that never answers"
     assert isinstance(err, psycopg.OperationalError) and "timeout" in str(err).lower(), err
     assert took < 15
@@ -324,10 +333,8 @@ def test_connect_times_out_on_a_server_that_never_answers(
 def test_the_dsn_connect_timeout_wins(
     silent_server: int, monkeypatch: pytest.MonkeyPatch, opener: Callable[[str], None]
 ) -> None:
-    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
-    monkeypatch.setattr(core, "DEFAULT_CONNECT_TIMEOUT", 3600)
     dsn = f"postgresql://u@127.0.0.1:{silent_server}/db?connect_timeout=2"
-    done, err, took = _bounded(lambda: opener(dsn), 20)
+    done, err, took = _open_silent(monkeypatch, opener, dsn, 3600)
     assert done and isinstance(err, psycopg.OperationalError), err
     assert took < 15
     assert core.connect_kwargs(dsn, None).get("connect_timeout") is None
