@@ -365,3 +365,35 @@ def test_bad_file_name_is_refused(
     with psycopg.connect(dsn, autocommit=True) as conn:
         with pytest.raises(MigrationError, match="5_Oops"):
             migrate(conn)
+
+
+# --------------------------------------------------------------------------- 0009
+
+
+def test_epochs_row_is_not_compressed_at_each_put(dsn: str) -> None:
+    """0009: a namespace's checkpoint_epochs row past the 2 kB at which Postgres would
+    compress it (32 ids in recent and in parents) stays as it is, put after put."""
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from langgraph_delta_postgres import DeltaPostgresSaver
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        saver = DeltaPostgresSaver(conn)
+        cfg: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        for i in range(40):
+            cp = empty_checkpoint()
+            cp["id"] = f"00000000-0000-6000-8000-{i:012d}"
+            cfg = saver.put(cfg, cp, {}, {})
+        row = conn.execute(
+            "SELECT pg_column_size(e.*), pg_column_compression(recent),"
+            " pg_column_compression(parents), cardinality(recent)"
+            " FROM checkpoint_epochs AS e WHERE thread_id = 't'"
+        ).fetchone()
+        assert row is not None
+        size, recent_compressed, parents_compressed, n = row
+        assert n == 32 and size > 2032  # over the threshold: compressed without 0009
+        assert (recent_compressed, parents_compressed) == (None, None)
+        assert conn.execute(
+            "SELECT reloptions FROM pg_class WHERE oid = 'checkpoint_epochs'::regclass"
+        ).fetchone() == (["toast_tuple_target=8160"],)
