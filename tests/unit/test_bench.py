@@ -354,8 +354,9 @@ def test_only_agent(pg_server: PgServer, tmp_path: Path) -> None:
     assert a["state"]["summarized"] and a["state"]["files"] > 0
     assert len(set(a["state"]["checkpoints"].values())) == 1
     assert a["history_entries"] == a["state"]["checkpoints"]["ours"]
-    for k in ("ours", "official", "inmemory"):
+    for k in ("ours", "official", "inmemory", "floor"):
         assert a["turn_latency"]["stats"][k]["n"] == 6
+    assert a["turn_latency"]["ours_over_floor"]["n"] == 6
     for what in ("get_state", "history_page", "history_all"):
         assert set(a[what]["stats"]) == {"ours_warm", "ours", "ours_nocache", "official",
                                          "official_new", "inmemory"}
@@ -365,9 +366,11 @@ def test_only_agent(pg_server: PgServer, tmp_path: Path) -> None:
         assert a[what]["official_over"]["ours"]["n"] > 0
         assert set(a[what]["open_ms"]) == {"ours", "official_new"}
     assert a["pairs"]["ours"] == "official_new" and a["pairs"]["ours_warm"] == "official"
-    assert all("from_conn_string" in v for v in a["opened"].values())
+    # the floor is a reference (InMemorySaver plus a round trip per write), not a saver
+    assert all("from_conn_string" in v for k, v in a["opened"].items() if k != "floor")
+    assert "SELECT 1" in a["opened"]["floor"]
     report = (tmp_path / "report" / "agent.md").read_text()
-    assert res["command"] in report and "A real agent" in report
+    assert res["command"] in report and "A real agent" in report and "ours/floor" in report
 
 
 def test_load_p99_is_the_nearest_rank() -> None:

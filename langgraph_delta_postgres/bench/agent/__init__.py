@@ -11,8 +11,10 @@ subtask to the general-purpose subagent (``task``), and a small context window
 trigger every few turns (it calls the same scripted model for the summary).
 
 Each saver runs the same session on its own thread: ours (``DeltaPostgresSaver``), the
-official ``PostgresSaver`` 3.2 and ``InMemorySaver``, turn ``i`` for every saver before
-turn ``i + 1`` (the order rotates each turn), each turn timed as ``invoke``. Then, in
+official ``PostgresSaver`` 3.2, ``InMemorySaver`` and the floor (:mod:`.floor`:
+``InMemorySaver`` plus one ``SELECT 1`` round trip per write call, the least a saver that
+writes each call to Postgres adds), turn ``i`` for every saver before turn ``i + 1`` (the
+order rotates each turn), each turn timed as ``invoke``. Then, in
 interleaved rounds (:class:`..timing.Interleaved`), through the graph:
 
 * ``get_state`` of the thread's head: ours on the saver that ran the session (warm), ours
@@ -36,6 +38,7 @@ summarization session id, file timestamps -- normalized: they differ between any
 runs of the agent, whatever the saver).
 
 The section's modules: :mod:`.session` (the agent, its scripted model's scales and the
-session's turns, also used by the scripts in ``scripts/``) and :mod:`.section` (the
-section: the runs, the loads, the comparisons, ``bench --only agent``).
+session's turns, also used by the scripts in ``scripts/``), :mod:`.floor` (the floor
+saver) and :mod:`.section` (the section: the runs, the loads, the comparisons, ``bench
+--only agent``).
 """

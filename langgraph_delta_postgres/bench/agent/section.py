@@ -13,11 +13,12 @@ from ... import DeltaPostgresSaver
 from ...migrate import migrate
 from ..savers import NEW_CONNECTION, ONE_CONNECTION, NewSavers
 from ..timing import Interleaved, ratio_summary, summary
+from .floor import RoundTripSaver
 from .session import SCALES, _cfg, _turn_inputs, build_agent, normalized
 
 PAGE = 10
 
-SAVERS_RUN = ("ours", "official", "inmemory")
+SAVERS_RUN = ("ours", "official", "inmemory", "floor")
 #: the same session through ``ainvoke`` on the async savers (turn latency only)
 ASYNC_RUN = ("ours_async", "official_async")
 SAVERS_READ = ("ours_warm", "ours", "ours_nocache", "official", "official_new", "inmemory")
@@ -30,6 +31,8 @@ OPENED = {
     "official_new": f"PostgresSaver.{NEW_CONNECTION}",
     "ours_async": f"AsyncDeltaPostgresSaver.{ONE_CONNECTION}",
     "official_async": f"AsyncPostgresSaver.{ONE_CONNECTION}",
+    "floor": "InMemorySaver plus a SELECT 1 per put / put_writes on a psycopg.connect of "
+             "its own (.floor.RoundTripSaver; the session only)",
 }
 #: the official reader each of ours is compared with in ``official_over``: a new saver
 #: with a new one, a kept one with the one that ran the session
@@ -67,7 +70,9 @@ def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str
         run_savers: dict[str, Any] = {
             "ours": warm, "official": stack.enter_context(PostgresSaver.from_conn_string(dsn)),
             "inmemory": InMemorySaver(),
+            "floor": RoundTripSaver(dsn),
         }
+        stack.callback(run_savers["floor"].close)
         async_savers = {
             "ours_async": loop.run_until_complete(
                 astack.enter_async_context(AsyncDeltaPostgresSaver.from_conn_string(dsn))),
@@ -101,8 +106,19 @@ def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str
             if (i + 1) % 25 == 0 or i + 1 == sc.turns:
                 log(f"    turn {i + 1}: " + ", ".join(
                     f"{k} {lat[k][-1] * 1000:.0f} ms" for k in SAVERS_RUN))
+        def turn_ratio(a: str, b: str, part: slice = slice(None)) -> dict[str, float]:
+            return ratio_summary([x / y for x, y in zip(lat[a], lat[b], strict=True)][part])
+
+        first_30, second_half = slice(30), slice(sc.turns // 2, None)
         out["turn_latency"] = {
             "stats": {k: summary(v) for k, v in lat.items()},
+            # the floor (.floor): what a round trip per write call adds at the least
+            "ours_over_floor": turn_ratio("ours", "floor"),
+            "ours_over_floor_first_30": turn_ratio("ours", "floor", first_30),
+            "ours_over_floor_2nd_half": turn_ratio("ours", "floor", second_half),
+            "floor_over_inmemory": turn_ratio("floor", "inmemory"),
+            "floor_over_inmemory_first_30": turn_ratio("floor", "inmemory", first_30),
+            "floor_over_inmemory_2nd_half": turn_ratio("floor", "inmemory", second_half),
             "total_s": {k: sum(v) for k, v in lat.items()},
             "ours_over_official": ratio_summary(
                 [a / b for a, b in zip(lat["ours"], lat["official"], strict=True)]),
@@ -244,7 +260,11 @@ def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str
             f"(2nd half {tl['ours_over_official_2nd_half']['median']:.2f}x), "
             f"ours/InMemorySaver {tl['ours_over_inmemory']['median']:.2f}x (first 30 "
             f"{tl['ours_over_inmemory_first_30']['median']:.2f}x, 2nd half "
-            f"{tl['ours_over_inmemory_2nd_half']['median']:.2f}x); async: ours "
+            f"{tl['ours_over_inmemory_2nd_half']['median']:.2f}x); floor/InMemorySaver "
+            f"{tl['floor_over_inmemory']['median']:.2f}x (first 30 "
+            f"{tl['floor_over_inmemory_first_30']['median']:.2f}x), ours/floor "
+            f"{tl['ours_over_floor']['median']:.2f}x (first 30 "
+            f"{tl['ours_over_floor_first_30']['median']:.2f}x); async: ours "
             f"async/ours sync {tl['ours_async_over_ours']['median']:.2f}x (2nd half "
             f"{tl['ours_async_over_ours_2nd_half']['median']:.2f}x), ours async/official "
             f"async {tl['ours_async_over_official_async']['median']:.2f}x (2nd half "

@@ -30,6 +30,18 @@ AGENT_LOADS = {
 }
 
 
+def _floor(tl: dict[str, Any]) -> str:
+    """The per-turn floor (bench/agent/floor.py), in runs that measured it."""
+    return (
+        f" The floor, InMemorySaver plus one `SELECT 1` round trip per `put` / `put_writes` "
+        f"(the least a saver that writes each call to Postgres adds), "
+        f"{_ms(tl['stats']['floor'])} ms: floor/InMemorySaver {_x(tl['floor_over_inmemory'])} "
+        f"(first 30 turns {_x(tl['floor_over_inmemory_first_30'])}), ours/floor "
+        f"{_x(tl['ours_over_floor'])} (first 30 turns {_x(tl['ours_over_floor_first_30'])}, "
+        f"second half {_x(tl['ours_over_floor_2nd_half'])})."
+    )
+
+
 def agent_section(res: dict[str, Any]) -> list[str]:
     a = res.get("agent")
     if not a:
@@ -61,7 +73,7 @@ def agent_section(res: dict[str, Any]) -> list[str]:
         f"ours/official {_x(tl['ours_over_official'])} (target <= 0.8x: "
         f"{'yes' if tl['ours_over_official']['median'] <= 0.8 else 'no'}; second half of the "
         f"session {_x(tl['ours_over_official_2nd_half'])}), ours/InMemorySaver "
-        f"{_x(tl['ours_over_inmemory'])}.",
+        f"{_x(tl['ours_over_inmemory'])}." + (_floor(tl) if "ours_over_floor" in tl else ""),
         "",
         f"Loads through the graph, {a['rounds']} interleaved rounds ({a['history_rounds']} for "
         "the whole pass), medians with [min-max]; official/x is the median of the "
