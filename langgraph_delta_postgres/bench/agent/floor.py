@@ -12,9 +12,11 @@ cannot do less per call, so ``ours/floor`` is what is left to win in ours, and
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 
 
@@ -35,9 +37,14 @@ class RoundTripSaver(InMemorySaver):
         self._round_trip()
         return super().put(*args, **kwargs)
 
-    def put_writes(self, *args: Any, **kwargs: Any) -> None:
+    # the parameters spelled out: LangGraph passes task_path only to a put_writes whose
+    # signature names it (without it the writes of parallel tasks replay by task id)
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+        task_path: str = "",
+    ) -> None:
         self._round_trip()
-        super().put_writes(*args, **kwargs)
+        super().put_writes(config, writes, task_id, task_path)
 
     def close(self) -> None:
         self._conn.close()
