@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, nullcontext
 from typing import Any
 
@@ -35,6 +35,7 @@ from ._connect import SHUT_DOWN, mark_returned, may_retry, retrying
 from ._ops.base import Op, Stmt, T, debug_statements, log_statement
 from ._ops.context import SaverCore
 from ._ops.write import resume
+from ._rawsql import long_raw_form, raw_cursor_class
 from ._server import unchanged_since
 from .errors import StaleServerError
 
@@ -45,10 +46,21 @@ async def aexecute_stmt(cur: AsyncCursor[Any], stmt: Stmt) -> list[Any]:
     """Execute one statement on ``cur``; its rows, in the form ``stmt`` asks for (none
     when it fetches nothing). Every statement of the package that a ``Stmt`` carries
     runs here: the savers' operations and the migration plan through :func:`adrive`,
-    the routing savers' queries directly."""
-    cur.row_factory = tuple_row if stmt.by_position else dict_row
-    await cur.execute(stmt.query, stmt.params, prepare=stmt.prepare, binary=stmt.binary)
-    return await cur.fetchall() if stmt.fetch else []
+    the routing savers' queries directly. A long statement (see :mod:`._rawsql`) goes
+    through a raw cursor of the same connection, converted once."""
+    row_factory = tuple_row if stmt.by_position else dict_row
+    conn = cur.connection
+    form = long_raw_form(stmt.query, conn) if isinstance(stmt.params, Mapping) else None
+    raw_class = raw_cursor_class(conn.cursor_factory) if form is not None else None
+    if form is None or raw_class is None:
+        cur.row_factory = row_factory
+        await cur.execute(stmt.query, stmt.params, prepare=stmt.prepare, binary=stmt.binary)
+        return await cur.fetchall() if stmt.fetch else []
+    async with raw_class(conn, row_factory=row_factory) as raw:
+        await raw.execute(
+            form.query, form.params(stmt.params), prepare=stmt.prepare, binary=stmt.binary
+        )
+        return await raw.fetchall() if stmt.fetch else []
 
 
 async def adrive(cur: AsyncCursor[Any], op: Op[T], at: list[Stmt] | None = None) -> T:

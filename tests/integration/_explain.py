@@ -26,6 +26,9 @@ _PARAM = re.compile(r"%\((\w+)\)[sbt]")
 class Recorded:
     query: str
     params: Mapping[str, Any]
+    #: the parameters of a statement sent with ``$n`` placeholders (the drivers' raw
+    #: cursor for a long statement, _rawsql.py), in order; None: named in ``params``
+    positional: list[Any] | None = None
 
 
 class Recorder:
@@ -40,8 +43,11 @@ class Recorder:
 
         class RecordingCursor(base):  # type: ignore[valid-type,misc]
             def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:
-                text = query if isinstance(query, str) else query.as_string(self.connection)
-                rec.statements.append(Recorded(text, dict(params or {})))
+                if isinstance(query, bytes):  # a raw cursor's: $n and a list
+                    rec.statements.append(Recorded(query.decode(), {}, list(params or [])))
+                else:
+                    text = query if isinstance(query, str) else query.as_string(self.connection)
+                    rec.statements.append(Recorded(text, dict(params or {})))
                 return super().execute(query, params, **kw)
 
         conn.cursor_factory = RecordingCursor
@@ -65,8 +71,12 @@ def _positional(query: str) -> tuple[str, list[str]]:
 
 def explain(conn: psycopg.Connection[Any], stmt: Recorded, *, generic: bool) -> dict[str, Any]:
     """The JSON plan (top ``Plan`` node) of ``stmt``, executed under EXPLAIN ANALYZE."""
-    text, names = _positional(stmt.query)
-    args = sql.SQL(", ").join(sql.Literal(stmt.params[n]) for n in names)
+    if stmt.positional is not None:
+        text, values = stmt.query, stmt.positional
+    else:
+        text, names = _positional(stmt.query)
+        values = [stmt.params[n] for n in names]
+    args = sql.SQL(", ").join(sql.Literal(v) for v in values)
     mode = "force_generic_plan" if generic else "force_custom_plan"
     conn.execute(sql.SQL("SET plan_cache_mode = {}").format(sql.Literal(mode)), prepare=False)
     conn.execute(
@@ -75,7 +85,7 @@ def explain(conn: psycopg.Connection[Any], stmt: Recorded, *, generic: bool) -> 
     )
     try:
         query = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE lgdp_explained {}").format(
-            sql.SQL("({})").format(args) if names else sql.SQL("")
+            sql.SQL("({})").format(args) if values else sql.SQL("")
         )
         row = conn.execute(query, prepare=False).fetchone()
     finally:
