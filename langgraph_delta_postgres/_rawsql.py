@@ -4,23 +4,23 @@ psycopg turns a query's ``%(name)s`` placeholders into ``$1, $2, ...`` on every 
 a regular-expression pass over the whole text, and keeps the result only for queries of
 at most 4,096 bytes (``psycopg._queries``, its cache's size limit). The statements that
 load a thread (``get_tuple`` of the head with its history, the history walk: 16-20 kB)
-were parsed again on every call: 0.1 ms each, 3.6% of a warm ``get_state`` of the
-benchmark's 150-turn agent session (an A/B of the conversion cached and not, 30
-interleaved rounds). :func:`raw_form` makes that conversion once per statement; the
-drivers send the result through psycopg's ``RawCursor``, its public way to execute a query
-that already has ``$n`` placeholders, with the parameters in that order. The raw cursor
-is of the connection's own cursor class (its ``cursor_factory``) made raw
-(:func:`raw_cursor_class`), so what wraps the connection's cursors (OpenTelemetry's
-psycopg instrumentation, an application's cursor class) sees these statements too; a
-connection whose cursors bind parameters client-side (``ClientCursor``) or are raw
-already keeps psycopg's path.
+were parsed again on every call, 0.1 ms each: with this path a warm ``get_state`` of the
+benchmark's 150-turn agent session takes 0.95x the time (a scratch A/B in one process,
+30 interleaved rounds, four runs: 0.948-0.959). :func:`raw_form` makes that conversion
+once per statement; the drivers send the result through psycopg's ``RawCursor``, its
+public way to execute a query that already has ``$n`` placeholders, with the parameters
+in that order. The raw cursor is of the connection's own cursor class (its
+``cursor_factory``) made raw (:func:`raw_cursor_class`), so what wraps the connection's
+cursors (OpenTelemetry's psycopg instrumentation, an application's cursor class) sees
+these statements too; a connection whose cursors bind parameters client-side
+(``ClientCursor``) or are raw already keeps psycopg's path.
 
 Only statements whose placeholders are all ``%(name)s`` take this path: one with ``%b`` /
 ``%t`` (a format of its own), ``%%``, a positional ``%s`` or anything else psycopg reads
 differently goes through the cursor as before, as does every statement psycopg already
 caches (4,096 bytes or less). The conversion gives a repeated name the same ``$n``, as
 psycopg's does, and yields the same bytes as psycopg's
-(``tests/unit/test_rawsql.py``), so the prepared statements are the same too."""
+(``tests/integration/test_rawsql.py``), so the prepared statements are the same too."""
 
 from __future__ import annotations
 
@@ -72,29 +72,33 @@ def raw_form(query: bytes) -> RawForm | None:
     return RawForm(b"".join(out), tuple(names))
 
 
-#: (id of the statement object, client encoding) -> (the object, its raw form or None):
-#: the object is kept, so an id is never reused while its entry is here
-_FORMS: dict[tuple[int, str], tuple[object, RawForm | None]] = {}
+#: id of the statement object -> (the object, the client encoding its form was made
+#: with, its raw form or None): the object is kept, so an id is never reused while its
+#: entry is here
+_FORMS: dict[int, tuple[object, str, RawForm | None]] = {}
 #: more distinct statements than this (a program making new ones): the table starts over
 _MAX_FORMS = 512
 
 
 def long_raw_form(query: sql.Composable, conn: Any) -> RawForm | None:
     """The raw form of a statement psycopg would convert on every execute (longer than
-    it caches), made once per statement object and client encoding; None for every
-    other statement (the cursor's own path)."""
-    if isinstance(query, str | bytes):  # not a statement of sql/
-        return None
-    encoding = conn.info.encoding
-    key = (id(query), encoding)
-    got = _FORMS.get(key)
+    it caches), made once per statement object (and again for a connection of another
+    client encoding); None for every other statement (the cursor's own path). A short
+    statement's answer costs one dictionary lookup: the writes run through here too."""
+    got = _FORMS.get(id(query))
     if got is not None and got[0] is query:
-        return got[1]
+        if got[2] is None:
+            return None
+        encoding = conn.info.encoding
+        if got[1] == encoding:
+            return got[2]
+    else:
+        encoding = conn.info.encoding
     text = query.as_bytes(conn)
     form = raw_form(text) if len(text) > PSYCOPG_CACHES_UP_TO else None
     if len(_FORMS) >= _MAX_FORMS:
         _FORMS.clear()
-    _FORMS[key] = (query, form)
+    _FORMS[id(query)] = (query, encoding, form)
     return form
 
 

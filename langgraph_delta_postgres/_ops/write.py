@@ -64,7 +64,8 @@ def plan_param(plan: Any) -> Jsonb:
     ``jsonb_array_elements``, instead of parallel ``text[]`` / ``int[]`` parameters:
     psycopg dumps arrays element by element in Python, which was the largest part of
     put's and put_writes' client time (``scripts/profile_agent_turn.py``); one
-    ``json.dumps`` does it in C, and the statement has fewer parameters to bind."""
+    :func:`json_bytes` call does it in C, and the statement has fewer parameters to
+    bind."""
     return Jsonb(plan, dumps=json_bytes)
 
 

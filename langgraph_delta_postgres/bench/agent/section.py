@@ -106,12 +106,22 @@ def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str
             if (i + 1) % 25 == 0 or i + 1 == sc.turns:
                 log(f"    turn {i + 1}: " + ", ".join(
                     f"{k} {lat[k][-1] * 1000:.0f} ms" for k in SAVERS_RUN))
+
         def turn_ratio(a: str, b: str, part: slice = slice(None)) -> dict[str, float]:
+            """a's turn over b's, turn by turn (the turns ``part`` takes)."""
             return ratio_summary([x / y for x, y in zip(lat[a], lat[b], strict=True)][part])
 
+        # the first 30 turns: a 30-turn session of the same agent (issue 37's figure); the
+        # second half: the turns where the thread is long (the loads that grow)
         first_30, second_half = slice(30), slice(sc.turns // 2, None)
         out["turn_latency"] = {
             "stats": {k: summary(v) for k, v in lat.items()},
+            "total_s": {k: sum(v) for k, v in lat.items()},
+            "ours_over_official": turn_ratio("ours", "official"),
+            "ours_over_inmemory": turn_ratio("ours", "inmemory"),
+            "ours_over_inmemory_first_30": turn_ratio("ours", "inmemory", first_30),
+            "ours_over_inmemory_2nd_half": turn_ratio("ours", "inmemory", second_half),
+            "ours_over_official_2nd_half": turn_ratio("ours", "official", second_half),
             # the floor (.floor): what a round trip per write call adds at the least
             "ours_over_floor": turn_ratio("ours", "floor"),
             "ours_over_floor_first_30": turn_ratio("ours", "floor", first_30),
@@ -119,31 +129,13 @@ def run_agent(dsn: str, scale_name: str, log: Callable[[str], None]) -> dict[str
             "floor_over_inmemory": turn_ratio("floor", "inmemory"),
             "floor_over_inmemory_first_30": turn_ratio("floor", "inmemory", first_30),
             "floor_over_inmemory_2nd_half": turn_ratio("floor", "inmemory", second_half),
-            "total_s": {k: sum(v) for k, v in lat.items()},
-            "ours_over_official": ratio_summary(
-                [a / b for a, b in zip(lat["ours"], lat["official"], strict=True)]),
-            "ours_over_inmemory": ratio_summary(
-                [a / b for a, b in zip(lat["ours"], lat["inmemory"], strict=True)]),
-            # the first 30 turns: a 30-turn session of the same agent (issue 37's figure)
-            "ours_over_inmemory_first_30": ratio_summary(
-                [a / b for a, b in zip(lat["ours"], lat["inmemory"], strict=True)][:30]),
-            "ours_over_inmemory_2nd_half": ratio_summary(
-                [a / b for a, b in zip(lat["ours"], lat["inmemory"], strict=True)][sc.turns // 2:]),
-            # the second half: the turns where the thread is long (the loads that grow)
-            "ours_over_official_2nd_half": ratio_summary(
-                [a / b for a, b in zip(lat["ours"], lat["official"], strict=True)][sc.turns // 2:]),
             # the async savers: ours async against ours sync (turn by turn) and against the
             # official async saver
-            "ours_async_over_ours": ratio_summary(
-                [a / b for a, b in zip(lat["ours_async"], lat["ours"], strict=True)]),
-            "ours_async_over_ours_2nd_half": ratio_summary(
-                [a / b for a, b in zip(lat["ours_async"], lat["ours"], strict=True)]
-                [sc.turns // 2:]),
-            "ours_async_over_official_async": ratio_summary(
-                [a / b for a, b in zip(lat["ours_async"], lat["official_async"], strict=True)]),
-            "ours_async_over_official_async_2nd_half": ratio_summary(
-                [a / b for a, b in zip(lat["ours_async"], lat["official_async"], strict=True)]
-                [sc.turns // 2:]),
+            "ours_async_over_ours": turn_ratio("ours_async", "ours"),
+            "ours_async_over_ours_2nd_half": turn_ratio("ours_async", "ours", second_half),
+            "ours_async_over_official_async": turn_ratio("ours_async", "official_async"),
+            "ours_async_over_official_async_2nd_half": turn_ratio(
+                "ours_async", "official_async", second_half),
         }
         # model calls by kind (main / subagent / summary): subagents and summarization ran
         out["model_calls"] = {k: dict(m.calls) for k, (_, m) in built.items()}
